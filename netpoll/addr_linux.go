@@ -1,0 +1,178 @@
+package netpoll
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// endpoint is a resolved address: the sockaddr to hand the kernel and the
+// net.Addr to show users.
+type endpoint struct {
+	family int
+	sa     unix.Sockaddr
+	addr   net.Addr
+}
+
+var errNoSuitableAddress = errors.New("no suitable address found")
+
+// checkNetwork returns an error for networks we do not serve.
+func checkNetwork(network string) error {
+	switch network {
+	case "tcp", "tcp4", "tcp6", "unix":
+		return nil
+	}
+	return net.UnknownNetworkError(network)
+}
+
+// resolve turns address into endpoints to try in order, resolving host and
+// service names with net.DefaultResolver as package net does. For listen,
+// an empty or unspecified host means every local address.
+func resolve(ctx context.Context, network, address string, listen bool) ([]endpoint, error) {
+	if err := checkNetwork(network); err != nil {
+		return nil, err
+	}
+	if network == "unix" {
+		if address == "" {
+			return nil, errors.New("missing unix socket path")
+		}
+		return []endpoint{{unix.AF_UNIX, &unix.SockaddrUnix{Name: address}, &net.UnixAddr{Name: address, Net: network}}}, nil
+	}
+	host, service, err := net.SplitHostPort(address)
+	if err != nil {
+		return nil, err
+	}
+	port, err := net.DefaultResolver.LookupPort(ctx, network, service)
+	if err != nil {
+		return nil, err
+	}
+	var ips []netip.Addr
+	switch {
+	case host == "" && listen:
+		return wildcard(network, port), nil
+	case host == "":
+		ips = []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.IPv6Loopback()}
+	default:
+		if ip, err := netip.ParseAddr(host); err == nil {
+			ips = []netip.Addr{ip}
+		} else if ips, err = net.DefaultResolver.LookupNetIP(ctx, ipNetwork(network), host); err != nil {
+			return nil, err
+		}
+	}
+	var eps []endpoint
+	for _, ip := range ips {
+		if ip.IsUnspecified() && listen && !ip.Unmap().Is4() {
+			return wildcard(network, port), nil // "[::]:p" is dual-stack for tcp, as in net
+		}
+		if ep, ok := tcpEndpoint(network, ip, port); ok {
+			eps = append(eps, ep)
+		}
+	}
+	if listen {
+		// Listen on one address, preferring IPv4 as package net does.
+		for _, ep := range eps {
+			if ep.family == unix.AF_INET {
+				return []endpoint{ep}, nil
+			}
+		}
+		eps = eps[:min(len(eps), 1)]
+	}
+	if len(eps) == 0 {
+		return nil, &net.AddrError{Err: errNoSuitableAddress.Error(), Addr: host}
+	}
+	return eps, nil
+}
+
+func ipNetwork(network string) string {
+	switch network {
+	case "tcp4":
+		return "ip4"
+	case "tcp6":
+		return "ip6"
+	}
+	return "ip"
+}
+
+// wildcard is the listen endpoint for every local address: a dual-stack
+// IPv6 socket for tcp (as package net uses), IPv4 only for tcp4.
+func wildcard(network string, port int) []endpoint {
+	if network == "tcp4" || !ipv6Supported() {
+		ep, _ := tcpEndpoint("tcp4", netip.IPv4Unspecified(), port)
+		return []endpoint{ep}
+	}
+	ep, _ := tcpEndpoint("tcp6", netip.IPv6Unspecified(), port)
+	return []endpoint{ep}
+}
+
+// tcpEndpoint converts ip:port, reporting false if ip does not fit network.
+func tcpEndpoint(network string, ip netip.Addr, port int) (endpoint, bool) {
+	addr := &net.TCPAddr{IP: ip.AsSlice(), Port: port, Zone: ip.Zone()}
+	if u := ip.Unmap(); u.Is4() && network != "tcp6" {
+		return endpoint{unix.AF_INET, &unix.SockaddrInet4{Port: port, Addr: u.As4()}, addr}, true
+	}
+	if !ip.Is6() || ip.Is4In6() || network == "tcp4" {
+		return endpoint{}, false
+	}
+	sa := &unix.SockaddrInet6{Port: port, Addr: ip.As16()}
+	if z := ip.Zone(); z != "" {
+		if ifi, err := net.InterfaceByName(z); err == nil {
+			sa.ZoneId = uint32(ifi.Index)
+		} else if n, err := strconv.Atoi(z); err == nil {
+			sa.ZoneId = uint32(n)
+		}
+	}
+	return endpoint{unix.AF_INET6, sa, addr}, true
+}
+
+// toAddr converts a kernel sockaddr to the net.Addr package net would show.
+func toAddr(sa unix.Sockaddr) net.Addr {
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		return &net.TCPAddr{IP: net.IP(sa.Addr[:]).To16(), Port: sa.Port}
+	case *unix.SockaddrInet6:
+		a := &net.TCPAddr{IP: append(net.IP(nil), sa.Addr[:]...), Port: sa.Port}
+		if sa.ZoneId != 0 {
+			if ifi, err := net.InterfaceByIndex(int(sa.ZoneId)); err == nil {
+				a.Zone = ifi.Name
+			} else {
+				a.Zone = strconv.Itoa(int(sa.ZoneId))
+			}
+		}
+		return a
+	case *unix.SockaddrUnix:
+		return &net.UnixAddr{Name: sa.Name, Net: "unix"}
+	}
+	return nil
+}
+
+// localAddr returns the socket's local address, or nil if the kernel cannot
+// say (the connection is then already broken; the next I/O will tell).
+func localAddr(fd int) net.Addr {
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		return nil
+	}
+	return toAddr(sa)
+}
+
+var (
+	ipv6Once sync.Once
+	ipv6OK   bool
+)
+
+// ipv6Supported reports whether the kernel can open IPv6 sockets.
+func ipv6Supported() bool {
+	ipv6Once.Do(func() {
+		fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err == nil {
+			unix.Close(fd)
+			ipv6OK = true
+		}
+	})
+	return ipv6OK
+}

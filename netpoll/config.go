@@ -1,0 +1,244 @@
+package netpoll
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Mode is how a descriptor is registered with its poller's epoll instance.
+type Mode uint8
+
+const (
+	// EdgeTriggered registers EPOLLIN|EPOLLOUT|EPOLLRDHUP|EPOLLET once when
+	// the descriptor opens and never calls epoll_ctl again until it closes.
+	EdgeTriggered Mode = iota
+	// OneShot registers with EPOLLONESHOT and re-arms with EPOLL_CTL_MOD
+	// before every park: one extra syscall per blocking operation. It is
+	// the baseline the other modes are measured against.
+	OneShot
+	// LevelTriggered registers EPOLLIN|EPOLLRDHUP once, without EPOLLET.
+	// See doc.go for how repeated level events and writes are handled.
+	LevelTriggered
+)
+
+var modeNames = [...]string{EdgeTriggered: "et", OneShot: "oneshot", LevelTriggered: "lt"}
+
+// String returns the short name used in NETPOLL and in benchmark labels.
+func (m Mode) String() string {
+	if int(m) < len(modeNames) {
+		return modeNames[m]
+	}
+	return "Mode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// Sharing is how the pollers of a group share a listening socket.
+type Sharing uint8
+
+const (
+	// Single has one poller accept for the listener, as package net does.
+	Single Sharing = iota
+	// Exclusive adds the listening fd to every poller with EPOLLEXCLUSIVE.
+	Exclusive
+	// WakeAll adds the listening fd to every poller without EPOLLEXCLUSIVE:
+	// the thundering-herd baseline.
+	WakeAll
+	// ReusePort opens one SO_REUSEPORT socket per poller.
+	ReusePort
+)
+
+var sharingNames = [...]string{Single: "single", Exclusive: "exclusive", WakeAll: "wakeall", ReusePort: "reuseport"}
+
+// String returns the short name used in NETPOLL and in benchmark labels.
+func (s Sharing) String() string {
+	if int(s) < len(sharingNames) {
+		return sharingNames[s]
+	}
+	return "Sharing(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Wait is how a poller waits for events when it has none.
+type Wait uint8
+
+const (
+	// WaitNested parks the poller's epoll fd in the Go runtime's own
+	// netpoller: no OS thread is dedicated to the poller, and the goroutines
+	// it wakes run on the thread that woke it. The default; see poller_linux.go
+	// for the measurements behind that choice.
+	WaitNested Wait = iota
+	// WaitBlock dedicates a locked OS thread that blocks in epoll_wait(-1).
+	WaitBlock
+	// WaitYield polls with timeout 0 and yields the P while events keep
+	// coming, then blocks in epoll_wait(-1) on the poller's goroutine.
+	WaitYield
+)
+
+var waitNames = [...]string{WaitNested: "nested", WaitBlock: "block", WaitYield: "yield"}
+
+// String returns the short name used in NETPOLL and in benchmark labels.
+func (w Wait) String() string {
+	if int(w) < len(waitNames) {
+		return waitNames[w]
+	}
+	return "Wait(" + strconv.Itoa(int(w)) + ")"
+}
+
+// MaxPollers bounds Config.Pollers; more epoll instances than this is a
+// configuration mistake, not a tuning choice.
+const MaxPollers = 1024
+
+// Config selects how a Group polls. The zero value is the default:
+// edge-triggered, DefaultPollers pollers, a single acceptor per listener,
+// no spinning, the poller nested in the runtime's netpoller.
+type Config struct {
+	Mode    Mode          // registration mode; EdgeTriggered is the zero value
+	Pollers int           // number of epoll pollers; 0 means DefaultPollers
+	Sharing Sharing       // how pollers share a listener
+	Spin    time.Duration // spinning budget: 0 never spins, < 0 never blocks
+	Wait    Wait          // how a poller blocks when it has no events
+}
+
+// DefaultPollers is the number of pollers a Group gets when Config.Pollers
+// is zero.
+const DefaultPollers = 1
+
+// ConfigError reports a bad configuration value: a Config field or a key of
+// the NETPOLL environment variable.
+type ConfigError struct {
+	Key    string // the field or NETPOLL key, e.g. "mode"
+	Value  string // the offending value as given
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("netpoll: bad %s %q: %s", e.Key, e.Value, e.Reason)
+}
+
+// validate checks every field and returns a *ConfigError naming the first
+// bad one.
+func (c Config) validate() error {
+	if int(c.Mode) >= len(modeNames) {
+		return &ConfigError{"mode", c.Mode.String(), "want et, oneshot or lt"}
+	}
+	if int(c.Sharing) >= len(sharingNames) {
+		return &ConfigError{"sharing", c.Sharing.String(), "want single, exclusive, wakeall or reuseport"}
+	}
+	if int(c.Wait) >= len(waitNames) {
+		return &ConfigError{"wait", c.Wait.String(), "want nested, block or yield"}
+	}
+	if c.Pollers < 0 || c.Pollers > MaxPollers {
+		return &ConfigError{"pollers", strconv.Itoa(c.Pollers), fmt.Sprintf("want 0 (default) to %d", MaxPollers)}
+	}
+	return nil
+}
+
+func (c Config) pollers() int {
+	if c.Pollers == 0 {
+		return DefaultPollers
+	}
+	return c.Pollers
+}
+
+// String renders c in the NETPOLL syntax; ParseConfig(c.String()) == c.
+func (c Config) String() string {
+	return fmt.Sprintf("mode=%s,pollers=%d,sharing=%s,spin=%s,wait=%s",
+		c.Mode, c.pollers(), c.Sharing, c.Spin, c.Wait)
+}
+
+// ParseConfig parses the NETPOLL syntax: comma-separated key=value pairs,
+// for example "mode=oneshot,pollers=2,spin=50us". Keys: mode (et, oneshot,
+// lt), pollers (a count), sharing (single, exclusive, wakeall, reuseport),
+// spin (a duration, 0, or "forever" for a negative budget), wait (nested,
+// block, yield). Unset keys keep their zero value. An unknown key, a
+// repeated key or a bad value is a *ConfigError naming it.
+func ParseConfig(s string) (Config, error) {
+	var c Config
+	seen := map[string]bool{}
+	for _, kv := range strings.Split(s, ",") {
+		kv = strings.TrimSpace(kv)
+		if kv == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return Config{}, &ConfigError{"setting", kv, "want key=value"}
+		}
+		if seen[k] {
+			return Config{}, &ConfigError{k, v, "key given twice"}
+		}
+		seen[k] = true
+		if err := c.set(k, v); err != nil {
+			return Config{}, err
+		}
+	}
+	return c, c.validate()
+}
+
+func (c *Config) set(k, v string) error {
+	switch k {
+	case "mode":
+		i := indexOf(modeNames[:], v, map[string]string{"edge": "et", "level": "lt"})
+		if i < 0 {
+			return &ConfigError{k, v, "want et, oneshot or lt"}
+		}
+		c.Mode = Mode(i)
+	case "sharing":
+		i := indexOf(sharingNames[:], v, nil)
+		if i < 0 {
+			return &ConfigError{k, v, "want single, exclusive, wakeall or reuseport"}
+		}
+		c.Sharing = Sharing(i)
+	case "wait":
+		i := indexOf(waitNames[:], v, nil)
+		if i < 0 {
+			return &ConfigError{k, v, "want nested, block or yield"}
+		}
+		c.Wait = Wait(i)
+	case "pollers":
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > MaxPollers {
+			return &ConfigError{k, v, fmt.Sprintf("want a count from 1 to %d", MaxPollers)}
+		}
+		c.Pollers = n
+	case "spin":
+		if v == "forever" {
+			c.Spin = -1
+			return nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return &ConfigError{k, v, `want a duration such as 50us, 0, or "forever"`}
+		}
+		c.Spin = d
+	default:
+		return &ConfigError{"key", k, "known keys are mode, pollers, sharing, spin, wait"}
+	}
+	return nil
+}
+
+// indexOf returns the index of v (or of its alias) in names, or -1.
+func indexOf(names []string, v string, aliases map[string]string) int {
+	if a, ok := aliases[v]; ok {
+		v = a
+	}
+	for i, n := range names {
+		if n == v {
+			return i
+		}
+	}
+	return -1
+}
+
+// EnvVar is the environment variable the default group is configured from.
+const EnvVar = "NETPOLL"
+
+func configFromEnv() (Config, error) {
+	v := os.Getenv(EnvVar)
+	c, err := ParseConfig(v)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s=%q: %w", EnvVar, v, err)
+	}
+	return c, nil
+}

@@ -1,0 +1,261 @@
+package netpoll
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxRW caps one read or write syscall, as package net does, so a huge
+// buffer cannot hold a direction's lock for an unbounded time.
+const maxRW = 1 << 30
+
+// Conn is a stream connection (TCP or unix) on a Group's poller. It
+// implements net.Conn with package net's contract and error values, and
+// syscall.Conn.
+type Conn struct {
+	d       *desc
+	network string
+	laddr   net.Addr
+	raddr   net.Addr
+}
+
+var (
+	_ net.Conn     = (*Conn)(nil)
+	_ syscall.Conn = (*Conn)(nil)
+)
+
+// Read reads up to len(b) bytes, parking until data, EOF, an error, the
+// read deadline or Close. An orderly shutdown by the peer is a bare io.EOF.
+func (c *Conn) Read(b []byte) (int, error) {
+	d := c.d
+	if err := d.begin(&d.rd); err != nil {
+		return 0, c.opError("read", err)
+	}
+	defer d.end(&d.rd)
+	if len(b) == 0 {
+		return 0, nil
+	}
+	if len(b) > maxRW {
+		b = b[:maxRW]
+	}
+	n, err := d.io(&d.rd, func() (int, error) { return unix.Read(d.fd, b) })
+	if err != nil {
+		return 0, c.opError("read", syscallErr("read", err))
+	}
+	if n == 0 {
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// Write writes all of b, parking whenever the socket buffer is full, until
+// done, an error, the write deadline or Close.
+func (c *Conn) Write(b []byte) (int, error) {
+	d := c.d
+	if err := d.begin(&d.wr); err != nil {
+		return 0, c.opError("write", err)
+	}
+	defer d.end(&d.wr)
+	nn := 0
+	for nn < len(b) {
+		chunk := b[nn:min(len(b), nn+maxRW)]
+		n, err := d.io(&d.wr, func() (int, error) { return unix.Write(d.fd, chunk) })
+		if n > 0 {
+			nn += n
+		}
+		if err != nil {
+			return nn, c.opError("write", syscallErr("write", err))
+		}
+		if n == 0 {
+			return nn, c.opError("write", io.ErrUnexpectedEOF)
+		}
+	}
+	return nn, nil
+}
+
+// Close closes the connection. It wakes every blocked Read and Write with
+// an error wrapping net.ErrClosed and returns once the fd is closed. Calling
+// it again returns such an error too.
+func (c *Conn) Close() error {
+	if err := c.d.close(); err != nil {
+		return c.opError("close", err)
+	}
+	return nil
+}
+
+// LocalAddr returns the local address: *net.TCPAddr or *net.UnixAddr.
+func (c *Conn) LocalAddr() net.Addr { return c.laddr }
+
+// RemoteAddr returns the peer's address: *net.TCPAddr or *net.UnixAddr.
+func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
+
+// SetDeadline sets the read and write deadlines. See SetReadDeadline.
+func (c *Conn) SetDeadline(t time.Time) error {
+	if c.d.closing() {
+		return c.opError("set", net.ErrClosed)
+	}
+	c.d.rd.setDeadline(t)
+	c.d.wr.setDeadline(t)
+	return nil
+}
+
+// SetReadDeadline sets the deadline for Read, including one blocked now: it
+// fails at once with an error wrapping os.ErrDeadlineExceeded if t has
+// passed. The zero time clears it.
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	if c.d.closing() {
+		return c.opError("set", net.ErrClosed)
+	}
+	c.d.rd.setDeadline(t)
+	return nil
+}
+
+// SetWriteDeadline is SetReadDeadline for Write.
+func (c *Conn) SetWriteDeadline(t time.Time) error {
+	if c.d.closing() {
+		return c.opError("set", net.ErrClosed)
+	}
+	c.d.wr.setDeadline(t)
+	return nil
+}
+
+// CloseRead shuts down the reading side.
+func (c *Conn) CloseRead() error { return c.shutdown(unix.SHUT_RD, "close") }
+
+// CloseWrite shuts down the writing side; the peer reads io.EOF.
+func (c *Conn) CloseWrite() error { return c.shutdown(unix.SHUT_WR, "close") }
+
+func (c *Conn) shutdown(how int, op string) error {
+	return c.control(op, func(fd int) error { return syscallErr("shutdown", unix.Shutdown(fd, how)) })
+}
+
+// SetNoDelay sets TCP_NODELAY. It is on by default, as in package net.
+func (c *Conn) SetNoDelay(noDelay bool) error {
+	return c.setsockopt(unix.IPPROTO_TCP, unix.TCP_NODELAY, boolInt(noDelay))
+}
+
+// SetKeepAlive turns TCP keep-alive probes on or off (off by default).
+func (c *Conn) SetKeepAlive(keepalive bool) error {
+	return c.setsockopt(unix.SOL_SOCKET, unix.SO_KEEPALIVE, boolInt(keepalive))
+}
+
+// SetKeepAlivePeriod sets the idle time and the interval of keep-alive
+// probes, rounded up to whole seconds.
+func (c *Conn) SetKeepAlivePeriod(d time.Duration) error {
+	secs := int((d + time.Second - 1) / time.Second)
+	if err := c.setsockopt(unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, secs); err != nil {
+		return err
+	}
+	return c.setsockopt(unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, secs)
+}
+
+// SetLinger sets SO_LINGER as package net's TCPConn.SetLinger does: sec < 0
+// is the default, 0 discards unsent data and resets on Close.
+func (c *Conn) SetLinger(sec int) error {
+	l := unix.Linger{Onoff: 1, Linger: int32(sec)}
+	if sec < 0 {
+		l = unix.Linger{}
+	}
+	return c.control("set", func(fd int) error {
+		return syscallErr("setsockopt", unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &l))
+	})
+}
+
+// SetReadBuffer sets SO_RCVBUF.
+func (c *Conn) SetReadBuffer(bytes int) error {
+	return c.setsockopt(unix.SOL_SOCKET, unix.SO_RCVBUF, bytes)
+}
+
+// SetWriteBuffer sets SO_SNDBUF.
+func (c *Conn) SetWriteBuffer(bytes int) error {
+	return c.setsockopt(unix.SOL_SOCKET, unix.SO_SNDBUF, bytes)
+}
+
+func (c *Conn) setsockopt(level, opt, v int) error {
+	return c.control("set", func(fd int) error {
+		return syscallErr("setsockopt", unix.SetsockoptInt(fd, level, opt, v))
+	})
+}
+
+// control runs f on the fd while holding a reference, so the fd cannot be
+// closed under it.
+func (c *Conn) control(op string, f func(fd int) error) error {
+	if err := c.d.incref(); err != nil {
+		return c.opError(op, err)
+	}
+	defer c.d.decref()
+	if err := f(c.d.fd); err != nil {
+		return c.opError(op, err)
+	}
+	return nil
+}
+
+// SyscallConn returns a raw connection whose Read and Write park on this
+// Conn's poller.
+func (c *Conn) SyscallConn() (syscall.RawConn, error) {
+	return rawConn{c.d}, nil
+}
+
+func (c *Conn) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: c.network, Source: c.laddr, Addr: c.raddr, Err: err}
+}
+
+// syscallErr wraps a bare errno the way package net does; our own sentinels
+// (closed, deadline) and nil pass through.
+func syscallErr(name string, err error) error {
+	var errno unix.Errno
+	if errors.As(err, &errno) {
+		return os.NewSyscallError(name, errno)
+	}
+	return err
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// rawConn implements syscall.RawConn on a descriptor.
+type rawConn struct{ d *desc }
+
+func (rc rawConn) Control(f func(fd uintptr)) error {
+	if err := rc.d.incref(); err != nil {
+		return err
+	}
+	defer rc.d.decref()
+	f(uintptr(rc.d.fd))
+	return nil
+}
+
+func (rc rawConn) Read(f func(fd uintptr) (done bool)) error {
+	return rc.rawIO(&rc.d.rd, f)
+}
+
+func (rc rawConn) Write(f func(fd uintptr) (done bool)) error {
+	return rc.rawIO(&rc.d.wr, f)
+}
+
+func (rc rawConn) rawIO(dr *dir, f func(fd uintptr) bool) error {
+	d := rc.d
+	if err := d.begin(dr); err != nil {
+		return err
+	}
+	defer d.end(dr)
+	_, err := d.io(dr, func() (int, error) {
+		if f(uintptr(d.fd)) {
+			return 0, nil
+		}
+		return 0, unix.EAGAIN
+	})
+	return err
+}
+
+var timeZero time.Time

@@ -1,0 +1,328 @@
+package netpoll
+
+import (
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The wait state of one direction (read or write) of a descriptor, in the
+// spirit of the runtime's pdReady/pdWait. Who moves it:
+//
+//	idle    -> ready   the poller saw an edge (notify)
+//	idle    -> waiting the operation got EAGAIN and parks (wait)
+//	ready   -> idle    the operation consumes the token and retries the syscall (wait)
+//	waiting -> ready   the poller saw an edge, then sends the wake token (notify)
+//	waiting -> idle    Close or a deadline change, then sends the wake token (nudge);
+//	                   or the parked operation itself when its timer fires (no token)
+//
+// Invariant: whoever other than the waiter moves a direction out of waiting
+// sends exactly one token on wake, and nobody else sends. So every park is
+// woken exactly once, and an edge that lands between EAGAIN and the park is
+// held as ready: it is never lost. A stale ready costs one syscall that
+// returns EAGAIN.
+const (
+	stIdle uint32 = iota
+	stReady
+	stWaiting
+)
+
+// dir is one direction of a descriptor.
+type dir struct {
+	state    atomic.Uint32 // stIdle, stReady or stWaiting
+	wake     chan struct{} // capacity 1: the one token of the invariant above
+	deadline atomic.Int64  // unix nanoseconds; 0 means none
+
+	// mu serializes operations in this direction, so at most one goroutine
+	// is ever parked on it. Lock order: dir.mu before desc.armMu.
+	mu    sync.Mutex
+	timer *time.Timer // the parked operation's deadline timer; guarded by mu
+
+	// Counters, added to only under mu (atomic so Stats may read them).
+	parks  atomic.Uint64 // operations that parked
+	eagain atomic.Uint64 // syscalls that returned EAGAIN
+	tokens atomic.Uint64 // ready tokens consumed without parking
+}
+
+// notify records an edge. It is called by the poller only.
+func (dr *dir) notify() (woke bool) {
+	if dr.state.Load() == stReady {
+		return false
+	}
+	if dr.state.Swap(stReady) != stWaiting {
+		return false
+	}
+	dr.send()
+	return true
+}
+
+// nudge wakes a parked operation so it re-reads its deadline and the
+// descriptor's closing flag. It never invents an edge.
+func (dr *dir) nudge() {
+	if dr.state.CompareAndSwap(stWaiting, stIdle) {
+		dr.send()
+	}
+}
+
+func (dr *dir) send() {
+	select {
+	case dr.wake <- struct{}{}:
+	default:
+		panic("netpoll: second wake token for one park (state machine invariant broken)")
+	}
+}
+
+// setDeadline stores t and wakes a parked operation so it applies at once.
+func (dr *dir) setDeadline(t time.Time) {
+	var ns int64
+	if !t.IsZero() {
+		ns = t.UnixNano()
+		if ns <= 0 {
+			ns = 1 // before 1970: long past, and not the "no deadline" zero
+		}
+	}
+	dr.deadline.Store(ns)
+	dr.nudge()
+}
+
+// expired reports whether the direction's deadline has passed.
+func (dr *dir) expired() bool {
+	dl := dr.deadline.Load()
+	return dl != 0 && dl <= time.Now().UnixNano()
+}
+
+// Reference word of a descriptor, laid out as:
+//
+//	bit 63     closing: Close has begun; new operations fail with net.ErrClosed
+//	bits 0-62  references: 1 for the open descriptor, plus 1 per operation in flight
+//
+// The fd is deregistered and closed by whoever drops the count to zero after
+// closing is set, so no syscall ever runs on an fd number that was closed
+// (and perhaps reused) under it.
+const (
+	refClosing uint64 = 1 << 63
+	refMask           = refClosing - 1
+)
+
+// desc is one fd registered with one poller (a shared listener has one desc
+// per poller). See DESIGN.md, "The descriptor state machine".
+type desc struct {
+	fd   int
+	gen  uint32 // generation, packed with fd into epoll_event data
+	p    *poller
+	kind descKind
+
+	ref  atomic.Uint64 // see refClosing
+	done chan struct{} // closed once the fd is closed
+
+	rd, wr dir
+
+	// armMu serializes the EPOLL_CTL_MOD calls of a OneShot or
+	// LevelTriggered descriptor and the stores to armed; armed may be loaded
+	// without it as a hint. Never taken in EdgeTriggered mode.
+	armMu sync.Mutex
+	armed atomic.Uint32 // epoll interest currently armed, without flag bits
+
+	ctlMod atomic.Uint64 // EPOLL_CTL_MOD calls made for this descriptor
+}
+
+type descKind uint8
+
+const (
+	kindConn descKind = iota
+	kindListener
+)
+
+func newDesc(fd int, kind descKind) *desc {
+	d := &desc{fd: fd, kind: kind, done: make(chan struct{})}
+	d.rd.wake = make(chan struct{}, 1)
+	d.wr.wake = make(chan struct{}, 1)
+	d.ref.Store(1)
+	return d
+}
+
+// incref starts an operation. It fails once Close has begun. It never
+// increments a closing word: a transient reference there could hide the
+// last real one from decref, or make two callers both see zero.
+func (d *desc) incref() error {
+	for {
+		v := d.ref.Load()
+		if v&refClosing != 0 {
+			return net.ErrClosed
+		}
+		if d.ref.CompareAndSwap(v, v+1) {
+			return nil
+		}
+	}
+}
+
+// decref ends an operation, destroying the descriptor if it was the last
+// reference after Close.
+func (d *desc) decref() {
+	if d.ref.Add(^uint64(0)) == refClosing {
+		d.destroy()
+	}
+}
+
+func (d *desc) closing() bool { return d.ref.Load()&refClosing != 0 }
+
+// close begins Close, wakes every parked operation, and returns once the fd
+// is closed. A second close returns net.ErrClosed.
+func (d *desc) close() error {
+	for {
+		v := d.ref.Load()
+		if v&refClosing != 0 {
+			return net.ErrClosed
+		}
+		if d.ref.CompareAndSwap(v, v|refClosing) {
+			break
+		}
+	}
+	d.rd.nudge()
+	d.wr.nudge()
+	d.decref()
+	<-d.done
+	return nil
+}
+
+func (d *desc) destroy() {
+	d.p.unregister(d)
+	unix.Close(d.fd)
+	close(d.done)
+}
+
+// testHookBeforePark, when set by a test, runs after an operation saw EAGAIN
+// and found no ready token, just before it moves to waiting: the window in
+// which an edge must not be lost.
+var testHookBeforePark func(d *desc, dr *dir)
+
+// wait is called with dr.mu held after a syscall in direction dr returned
+// EAGAIN. It returns nil when the syscall should be retried, or
+// net.ErrClosed or os.ErrDeadlineExceeded.
+func (d *desc) wait(dr *dir) error {
+	dr.eagain.Add(1)
+	for {
+		if dr.state.CompareAndSwap(stReady, stIdle) {
+			dr.tokens.Add(1)
+			return nil
+		}
+		if h := testHookBeforePark; h != nil {
+			h(d, dr)
+		}
+		if !dr.state.CompareAndSwap(stIdle, stWaiting) {
+			continue // an edge arrived: consume it above
+		}
+		// From here on, notify, nudge and close each send one token.
+		// Checking closing and the deadline after entering waiting (not
+		// before) is what makes a concurrent Close or SetDeadline safe.
+		err := d.checkDir(dr)
+		timedOut := false
+		if err == nil {
+			if rearmErr := d.p.armForPark(d, dr); rearmErr != nil {
+				err = rearmErr
+			}
+		}
+		if err == nil {
+			dr.parks.Add(1)
+			timedOut = dr.park()
+		}
+		if err != nil || timedOut {
+			if !dr.state.CompareAndSwap(stWaiting, stIdle) {
+				<-dr.wake // someone else moved us out of waiting: take their token
+			}
+			if err != nil {
+				return err
+			}
+		}
+		// Woken or timed out: loop to re-check the token, closing and deadline.
+		if err := d.checkDir(dr); err != nil {
+			return err
+		}
+	}
+}
+
+// park blocks until the wake token arrives or the deadline passes.
+func (dr *dir) park() (timedOut bool) {
+	dl := dr.deadline.Load()
+	if dl == 0 {
+		<-dr.wake
+		return false
+	}
+	dur := time.Duration(dl - time.Now().UnixNano())
+	if dr.timer == nil {
+		dr.timer = time.NewTimer(dur)
+	} else {
+		dr.timer.Reset(dur)
+	}
+	select {
+	case <-dr.wake:
+		dr.timer.Stop()
+		return false
+	case <-dr.timer.C:
+		return true
+	}
+}
+
+// checkDir returns the error an operation in direction dr must fail with now.
+func (d *desc) checkDir(dr *dir) error {
+	if d.closing() {
+		return net.ErrClosed
+	}
+	if dr.expired() {
+		return os.ErrDeadlineExceeded
+	}
+	return nil
+}
+
+// begin starts an operation in direction dr: a reference and the direction's
+// lock. The caller must call end.
+func (d *desc) begin(dr *dir) error {
+	if err := d.incref(); err != nil {
+		return err
+	}
+	dr.mu.Lock()
+	if err := d.checkDir(dr); err != nil {
+		d.end(dr)
+		return err
+	}
+	return nil
+}
+
+func (d *desc) end(dr *dir) {
+	dr.mu.Unlock()
+	d.decref()
+}
+
+// io runs op in direction dr until it returns something other than EAGAIN
+// or EINTR, parking between tries. op must not retain anything past its call.
+func (d *desc) io(dr *dir, op func() (int, error)) (int, error) {
+	for {
+		n, err := op()
+		switch err {
+		case nil:
+			return n, nil
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			if err := d.wait(dr); err != nil {
+				return 0, err
+			}
+		default:
+			return n, err
+		}
+	}
+}
+
+func (d *desc) counters() descCounters {
+	return descCounters{
+		readParks:  d.rd.parks.Load(),
+		writeParks: d.wr.parks.Load(),
+		eagain:     d.rd.eagain.Load() + d.wr.eagain.Load(),
+		tokens:     d.rd.tokens.Load() + d.wr.tokens.Load(),
+		ctlMod:     d.ctlMod.Load(),
+	}
+}

@@ -1,0 +1,87 @@
+// Package netpoll is a Linux netpoller for goroutine-per-connection servers
+// and clients, built on its own epoll instances so that the choices inside
+// Go's runtime netpoller can be switched and measured.
+//
+// # Use
+//
+// A Listener and a Conn are drop-ins for package net's: hand the listener to
+// http.Server.Serve, tls.NewListener or a gRPC server; use the conn as any
+// net.Conn.
+//
+//	l, err := netpoll.Listen("tcp", ":8080") // the default group, configured by NETPOLL
+//	...
+//	http.Serve(l, handler)
+//
+// For control, create a Group from a Config and close it when done:
+//
+//	g, err := netpoll.New(netpoll.Config{Mode: netpoll.OneShot})
+//	defer g.Close()
+//	c, err := g.Dial(ctx, "tcp", "127.0.0.1:8080")
+//
+// The default group reads the NETPOLL environment variable on first use,
+// for example NETPOLL=mode=oneshot,pollers=2 (see ParseConfig), so any
+// program switches modes without a rebuild. A bad value is an error from
+// Listen and Dial that names the key and the value; there is no silent
+// fallback.
+//
+// # Model
+//
+// A Group owns one or more pollers; each poller owns one epoll instance and
+// the loop that waits on it. Every fd (connection or listening socket) is a
+// descriptor registered with one poller. Each direction of a descriptor,
+// read and write, has one state word: idle, ready (an edge was seen since
+// the last attempt) or waiting (a goroutine is parked). An operation first
+// makes the syscall; only on EAGAIN does it consume a ready token and retry,
+// or park until the poller, a deadline or Close wakes it. The state machine
+// and its invariant are written out in desc_linux.go. Epoll events carry the
+// fd and a per-registration generation, never a pointer, and events for an
+// old generation are dropped.
+//
+// # Modes
+//
+// EdgeTriggered (the default) registers EPOLLIN|EPOLLOUT|EPOLLRDHUP|EPOLLET
+// once and never calls epoll_ctl again until close. It is safe because an
+// operation always retries the syscall until EAGAIN before parking, and an
+// edge that lands between the EAGAIN and the park is kept as a ready token.
+//
+// OneShot registers with EPOLLONESHOT and re-arms, with one EPOLL_CTL_MOD,
+// exactly the directions that are parked, before every park. It is the
+// baseline: one more syscall, and a kernel lock, per blocking operation.
+//
+// LevelTriggered registers EPOLLIN|EPOLLRDHUP once without EPOLLET: reads
+// never call epoll_ctl. Level EPOLLOUT would fire on every epoll_wait for an
+// idle writable socket, so it is armed (EPOLL_CTL_MOD) only while a writer is
+// parked. A level event repeats until its reader reads; a poller that gets
+// only repeats yields the P between polls so the readers run, and if they go
+// on for 10ms (a conn whose owner is not reading) it disarms those readers
+// until they park again. Stats count both.
+//
+// # Wait strategies
+//
+// Config.Wait picks how a poller waits when it has no events: nested in the
+// runtime's netpoller (the default), a dedicated OS thread in
+// epoll_wait(-1), or polling with timeout 0 and yielding before blocking.
+// poller_linux.go records the measurements behind the default.
+//
+// # Errors
+//
+// Errors are package net's: *net.OpError around an *os.SyscallError, a bare
+// io.EOF on orderly shutdown, net.ErrClosed after Close, and
+// os.ErrDeadlineExceeded (Timeout() true) after a deadline.
+//
+// # Goroutine safety
+//
+// All methods of Group, Listener and Conn are safe for concurrent use.
+// Concurrent Reads (or Writes) on one Conn are serialized, as in package
+// net; a Read and a Write run in parallel.
+//
+// # Differences from package net
+//
+// Accept backs off on EMFILE, ENFILE, ENOBUFS and ENOMEM (5ms doubling to 1s,
+// counted in Stats) instead of returning the error. TCP keep-alive is off
+// by default; Conn.SetKeepAlive turns it on. Only stream sockets are served:
+// tcp, tcp4, tcp6 and unix.
+//
+// Only Linux is supported; elsewhere New returns an error wrapping
+// errors.ErrUnsupported.
+package netpoll

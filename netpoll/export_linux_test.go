@@ -1,0 +1,96 @@
+package netpoll
+
+import (
+	"net"
+	"runtime"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Test access to internals, as internal/poll does it.
+
+func descOf(c any) *desc {
+	switch c := c.(type) {
+	case *Conn:
+		return c.d
+	case *Listener:
+		return c.d
+	}
+	panic("netpoll test: not a *Conn or *Listener")
+}
+
+// FD returns the fd of a *Conn or *Listener.
+func FD(c any) int { return descOf(c).fd }
+
+// Gen returns the generation of a *Conn or *Listener's registration.
+func Gen(c any) uint32 { return descOf(c).gen }
+
+var stateNames = map[uint32]string{stIdle: "idle", stReady: "ready", stWaiting: "waiting"}
+
+// ReadState returns the read direction's state: idle, ready or waiting.
+func ReadState(c any) string { return stateNames[descOf(c).rd.state.Load()] }
+
+// WriteState returns the write direction's state.
+func WriteState(c any) string { return stateNames[descOf(c).wr.state.Load()] }
+
+// AwaitReadState yields until the read direction of c is in state want or
+// stop is closed, and reports whether it got there.
+func AwaitReadState(c any, want string, stop <-chan struct{}) bool {
+	return awaitState(&descOf(c).rd, want, stop)
+}
+
+// AwaitWriteState is AwaitReadState for the write direction.
+func AwaitWriteState(c any, want string, stop <-chan struct{}) bool {
+	return awaitState(&descOf(c).wr, want, stop)
+}
+
+func awaitState(dr *dir, want string, stop <-chan struct{}) bool {
+	for stateNames[dr.state.Load()] != want {
+		select {
+		case <-stop:
+			return false
+		default:
+			runtime.Gosched()
+		}
+	}
+	return true
+}
+
+var hookMu sync.Mutex
+
+// SetBeforeParkHook installs f to run between EAGAIN and the park of every
+// operation, with the fd it is for; the returned func removes it.
+func SetBeforeParkHook(f func(fd int)) (restore func()) {
+	hookMu.Lock()
+	testHookBeforePark = func(d *desc, _ *dir) { f(d.fd) }
+	return func() {
+		testHookBeforePark = nil
+		hookMu.Unlock()
+	}
+}
+
+// InjectReadEvent hands the poller of c an EPOLLIN event for fd and gen, as
+// if epoll_wait had returned it, and reports how many waiters it woke.
+func InjectReadEvent(c any, fd int, gen uint32) int {
+	d := descOf(c)
+	woke, _ := d.p.dispatch([]unix.EpollEvent{{Events: unix.EPOLLIN, Fd: int32(fd), Pad: int32(gen)}})
+	return woke
+}
+
+// AdoptFD registers a connected stream fd on g as a *Conn.
+func AdoptFD(g *Group, fd int) (*Conn, error) {
+	return g.newConn(fd, "unix", nil, g.pick())
+}
+
+// ResetDefault forgets the default group so the next Listen or Dial reads
+// NETPOLL again. The old group, if any, is closed.
+func ResetDefault() {
+	if defaultGroup.g != nil {
+		defaultGroup.g.Close()
+	}
+	defaultGroup.g, defaultGroup.err = nil, nil
+	defaultGroup.once = sync.Once{}
+}
+
+var _ net.Conn = (*Conn)(nil)

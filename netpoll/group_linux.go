@@ -1,0 +1,186 @@
+package netpoll
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+)
+
+// Group is a set of epoll pollers and the connections and listeners
+// registered on them. Its methods are safe for concurrent use.
+type Group struct {
+	cfg     Config
+	pollers []*poller
+	next    atomic.Uint32 // round-robin cursor for new connections
+
+	mu        sync.Mutex // guards closed and listeners
+	closed    bool
+	listeners map[*Listener]struct{}
+}
+
+// New starts a group of pollers configured by cfg. It returns a
+// *ConfigError for a bad or unsupported configuration.
+func New(cfg Config) (*Group, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.supported(); err != nil {
+		return nil, err
+	}
+	g := &Group{cfg: cfg, listeners: map[*Listener]struct{}{}}
+	for i := range cfg.pollers() {
+		p, err := newPoller(g, i, cfg)
+		if err == nil {
+			if err = p.start(); err != nil {
+				p.closeFDs()
+			}
+		}
+		if err != nil {
+			g.stopPollers()
+			return nil, fmt.Errorf("netpoll: starting poller %d: %w", i, err)
+		}
+		g.pollers = append(g.pollers, p)
+	}
+	return g, nil
+}
+
+// supported rejects combinations this implementation does not offer.
+func (c Config) supported() error {
+	if c.Sharing != Single {
+		return &ConfigError{"sharing", c.Sharing.String(), "only single is implemented so far"}
+	}
+	if c.Spin != 0 {
+		return &ConfigError{"spin", c.Spin.String(), "spinning is not implemented so far"}
+	}
+	return nil
+}
+
+// Config returns the configuration the group was created with.
+func (g *Group) Config() Config { return g.cfg }
+
+// pick returns the poller for a new connection.
+func (g *Group) pick() *poller {
+	if len(g.pollers) == 1 {
+		return g.pollers[0]
+	}
+	return g.pollers[int(g.next.Add(1))%len(g.pollers)]
+}
+
+var errGroupClosed = fmt.Errorf("netpoll: group closed: %w", net.ErrClosed)
+
+func (g *Group) checkOpen() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return errGroupClosed
+	}
+	return nil
+}
+
+// Stats returns a snapshot of the group's counters.
+func (g *Group) Stats() Stats {
+	s := Stats{Pollers: make([]PollerStats, len(g.pollers))}
+	for i, p := range g.pollers {
+		s.Pollers[i] = p.stats()
+		s.Total.add(&s.Pollers[i])
+	}
+	return s
+}
+
+// Close closes every listener and connection of the group, stops its
+// pollers and returns once every fd it owned is closed and every goroutine
+// it started has returned. Blocked operations fail with net.ErrClosed.
+func (g *Group) Close() error {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return errGroupClosed
+	}
+	g.closed = true
+	ls := g.listeners
+	g.listeners = nil
+	g.mu.Unlock()
+
+	for l := range ls {
+		l.Close()
+	}
+	for _, p := range g.pollers {
+		for _, d := range p.table.all() {
+			d.close()
+		}
+	}
+	g.stopPollers()
+	return nil
+}
+
+func (g *Group) stopPollers() {
+	for _, p := range g.pollers {
+		p.stop()
+	}
+}
+
+// Listen announces on a local address. Networks: tcp, tcp4, tcp6, unix.
+func (g *Group) Listen(ctx context.Context, network, address string) (net.Listener, error) {
+	l, err := g.listen(ctx, network, address)
+	if err != nil {
+		var op *net.OpError
+		if !errors.As(err, &op) {
+			err = &net.OpError{Op: "listen", Net: network, Err: err}
+		}
+		return nil, err
+	}
+	return l, nil
+}
+
+// Dial connects to address. Networks: tcp, tcp4, tcp6, unix. The context's
+// deadline and cancellation apply to resolving and connecting.
+func (g *Group) Dial(ctx context.Context, network, address string) (net.Conn, error) {
+	c, err := g.dial(ctx, network, address)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// The default group, built on first use from the NETPOLL environment
+// variable (see ParseConfig), serves the package-level Listen and Dial.
+var defaultGroup struct {
+	once sync.Once
+	g    *Group
+	err  error
+}
+
+// Default returns the group behind Listen and Dial, creating it from the
+// NETPOLL environment variable on first use. A bad NETPOLL is an error
+// naming the bad key or value, returned by every call.
+func Default() (*Group, error) {
+	defaultGroup.once.Do(func() {
+		cfg, err := configFromEnv()
+		if err == nil {
+			defaultGroup.g, err = New(cfg)
+		}
+		defaultGroup.err = err
+	})
+	return defaultGroup.g, defaultGroup.err
+}
+
+// Listen announces on address using the default group.
+func Listen(network, address string) (net.Listener, error) {
+	g, err := Default()
+	if err != nil {
+		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
+	}
+	return g.Listen(context.Background(), network, address)
+}
+
+// Dial connects to address using the default group.
+func Dial(network, address string) (net.Conn, error) {
+	g, err := Default()
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
+	}
+	return g.Dial(context.Background(), network, address)
+}

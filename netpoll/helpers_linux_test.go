@@ -1,0 +1,97 @@
+package netpoll_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/edgepoll/edgepoll/netpoll"
+)
+
+var modes = []netpoll.Mode{netpoll.EdgeTriggered, netpoll.OneShot, netpoll.LevelTriggered}
+
+// newGroup starts a group and closes it when the test ends.
+func newGroup(t testing.TB, cfg netpoll.Config) *netpoll.Group {
+	t.Helper()
+	g, err := netpoll.New(cfg)
+	if err != nil {
+		t.Fatalf("New(%+v): %v", cfg, err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return g
+}
+
+// listen listens on a fresh local address of network ("tcp" or "unix").
+func listen(t testing.TB, g *netpoll.Group, network string) net.Listener {
+	t.Helper()
+	addr := "127.0.0.1:0"
+	if network == "unix" {
+		addr = filepath.Join(t.TempDir(), "sock")
+	}
+	l, err := g.Listen(context.Background(), network, addr)
+	if err != nil {
+		t.Fatalf("Listen(%s): %v", network, err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// pipe returns both ends of one connection on g: dialed and accepted.
+func pipe(t testing.TB, g *netpoll.Group, l net.Listener) (client, server net.Conn) {
+	t.Helper()
+	type res struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		c, err := l.Accept()
+		ch <- res{c, err}
+	}()
+	client, err := g.Dial(context.Background(), l.Addr().Network(), l.Addr().String())
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	r := <-ch
+	if r.err != nil {
+		t.Fatalf("Accept: %v", r.err)
+	}
+	t.Cleanup(func() { client.Close(); r.c.Close() })
+	return client, r.c
+}
+
+// watchdog fails the test if it is not done within d, instead of hanging
+// until the test binary's timeout. Call the returned func when done.
+func watchdog(t testing.TB, d time.Duration) (done func(), expired <-chan struct{}) {
+	t.Helper()
+	stop := make(chan struct{})
+	exp := make(chan struct{})
+	go func() {
+		select {
+		case <-stop:
+		case <-time.After(d):
+			close(exp)
+		}
+	}()
+	return func() { close(stop) }, exp
+}
+
+func errorsIs(err, target error) bool { return errors.Is(err, target) }
+
+// stdPipe dials l with package net and accepts on l.
+func stdPipe(t testing.TB, l net.Listener) (client, server net.Conn) {
+	t.Helper()
+	client, err := net.Dial(l.Addr().Network(), l.Addr().String())
+	if err != nil {
+		t.Fatalf("net.Dial: %v", err)
+	}
+	server, err = l.Accept()
+	if err != nil {
+		t.Fatalf("Accept: %v", err)
+	}
+	t.Cleanup(func() { client.Close(); server.Close() })
+	return client, server
+}

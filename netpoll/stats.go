@@ -1,0 +1,70 @@
+package netpoll
+
+// PollerStats counts one poller's work since its group was created. Every
+// counter only grows, except Descriptors.
+type PollerStats struct {
+	EpollWaits    uint64 // epoll_wait calls
+	BlockingWaits uint64 // epoll_wait calls with a non-zero timeout
+	Events        uint64 // events returned by epoll_wait
+	EmptyWakeups  uint64 // blocking waits that woke no goroutine
+	StaleEvents   uint64 // events for a closed fd or an old generation, dropped
+
+	CtlAdd uint64 // EPOLL_CTL_ADD calls
+	CtlMod uint64 // EPOLL_CTL_MOD calls (OneShot re-arms, LevelTriggered EPOLLOUT)
+	CtlDel uint64 // EPOLL_CTL_DEL calls
+
+	ReadParks   uint64 // reads and accepts that parked
+	WriteParks  uint64 // writes and connects that parked
+	EAGAIN      uint64 // syscalls that returned EAGAIN
+	ReadyTokens uint64 // edges consumed after EAGAIN without parking
+
+	LevelDisarms   uint64 // LevelTriggered readers disarmed for not reading
+	AcceptBackoffs uint64 // accept back-offs while out of fds or memory
+	Descriptors    uint64 // conns and listener sockets registered now
+}
+
+// Stats is a snapshot of a group's counters, per poller and summed.
+type Stats struct {
+	Pollers []PollerStats
+	Total   PollerStats
+}
+
+func (s *PollerStats) add(o *PollerStats) {
+	s.EpollWaits += o.EpollWaits
+	s.BlockingWaits += o.BlockingWaits
+	s.Events += o.Events
+	s.EmptyWakeups += o.EmptyWakeups
+	s.StaleEvents += o.StaleEvents
+	s.CtlAdd += o.CtlAdd
+	s.CtlMod += o.CtlMod
+	s.CtlDel += o.CtlDel
+	s.ReadParks += o.ReadParks
+	s.WriteParks += o.WriteParks
+	s.EAGAIN += o.EAGAIN
+	s.ReadyTokens += o.ReadyTokens
+	s.LevelDisarms += o.LevelDisarms
+	s.AcceptBackoffs += o.AcceptBackoffs
+	s.Descriptors += o.Descriptors
+}
+
+// descCounters are the per-I/O counters a descriptor keeps for itself, so
+// that no counter shared between connections is touched per operation.
+type descCounters struct {
+	readParks, writeParks, eagain, tokens, ctlMod uint64
+}
+
+func (c *descCounters) add(o *descCounters) {
+	c.readParks += o.readParks
+	c.writeParks += o.writeParks
+	c.eagain += o.eagain
+	c.tokens += o.tokens
+	c.ctlMod += o.ctlMod
+}
+
+func (c *descCounters) into(s *PollerStats) {
+	s.ReadParks += c.readParks
+	s.WriteParks += c.writeParks
+	s.EAGAIN += c.eagain
+	s.ReadyTokens += c.tokens
+	s.CtlMod += c.ctlMod
+}

@@ -1,0 +1,103 @@
+package netpoll
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// fdTable maps a registered fd number to its descriptor for one poller. The
+// poller's loop reads it without locks; writers serialize on mu. Each set
+// gives the descriptor a new generation, which travels in epoll_event data
+// with the fd, so an event for a closed fd whose number was reused is told
+// apart and dropped.
+type fdTable struct {
+	mu    sync.Mutex                             // serializes set, clear and growth
+	slots atomic.Pointer[[]atomic.Pointer[desc]] // replaced whole on growth, under mu
+	gen   uint32                                 // last generation given out; guarded by mu
+
+	retired descCounters // counters of removed descriptors; guarded by mu
+}
+
+func (t *fdTable) get(fd int) *desc {
+	s := t.slots.Load()
+	if s == nil || fd < 0 || fd >= len(*s) {
+		return nil
+	}
+	return (*s)[fd].Load()
+}
+
+// set gives d a generation and publishes it under d.fd. The generation is
+// written before the pointer is stored, so a reader that loads d sees it.
+func (t *fdTable) set(d *desc) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.gen++
+	d.gen = t.gen
+	s := t.slots.Load()
+	if s == nil || d.fd >= len(*s) {
+		n := 64
+		if s != nil {
+			n = len(*s)
+		}
+		for n <= d.fd {
+			n *= 2
+		}
+		grown := make([]atomic.Pointer[desc], n)
+		if s != nil {
+			for i := range *s {
+				grown[i].Store((*s)[i].Load())
+			}
+		}
+		s = &grown
+		t.slots.Store(s)
+	}
+	(*s)[d.fd].Store(d)
+}
+
+// clear removes d if it is still the descriptor under its fd. With retire
+// set, d's counters move to retired in the same step, so a concurrent
+// counters call sees them exactly once.
+func (t *fdTable) clear(d *desc, retire bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if s := t.slots.Load(); s != nil && d.fd < len(*s) {
+		(*s)[d.fd].CompareAndSwap(d, nil)
+	}
+	if retire {
+		c := d.counters()
+		t.retired.add(&c)
+	}
+}
+
+// all returns the descriptors registered now.
+func (t *fdTable) all() []*desc {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.allLocked()
+}
+
+func (t *fdTable) allLocked() []*desc {
+	var ds []*desc
+	if s := t.slots.Load(); s != nil {
+		for i := range *s {
+			if d := (*s)[i].Load(); d != nil {
+				ds = append(ds, d)
+			}
+		}
+	}
+	return ds
+}
+
+// counters sums the counters of live and removed descriptors and counts the
+// live ones.
+func (t *fdTable) counters() (c descCounters, live int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c = t.retired
+	for _, d := range t.allLocked() {
+		dc := d.counters()
+		c.add(&dc)
+		live++
+	}
+	return c, live
+}
