@@ -1,0 +1,192 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/edgepoll/edgepoll/netpoll"
+)
+
+// impl is one way to get listeners and conns: package net, or a netpoll
+// group with some configuration.
+type impl struct {
+	name   string // key=value path, e.g. impl=netpoll/mode=et/wait=nested
+	listen func(ctx context.Context, network, addr string) (net.Listener, error)
+	dial   func(ctx context.Context, network, addr string) (net.Conn, error)
+	stats  func() netpoll.Stats // nil for package net
+	close  func()
+}
+
+func netImpl() impl {
+	var d net.Dialer
+	var lc net.ListenConfig
+	return impl{name: "impl=net", listen: lc.Listen, dial: d.DialContext, close: func() {}}
+}
+
+func netpollImpl(b *testing.B, cfg netpoll.Config) impl {
+	g, err := netpoll.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return impl{
+		name:   fmt.Sprintf("impl=netpoll/mode=%s/wait=%s", cfg.Mode, cfg.Wait),
+		listen: g.Listen, dial: g.Dial, stats: g.Stats,
+		close: func() { g.Close() },
+	}
+}
+
+// impls lists package net and netpoll in every mode with the default wait
+// strategy, then every wait strategy in EdgeTriggered mode.
+func impls(b *testing.B) []func() impl {
+	fs := []func() impl{netImpl}
+	for _, m := range []netpoll.Mode{netpoll.EdgeTriggered, netpoll.OneShot, netpoll.LevelTriggered} {
+		fs = append(fs, func() impl { return netpollImpl(b, netpoll.Config{Mode: m}) })
+	}
+	for _, w := range []netpoll.Wait{netpoll.WaitBlock, netpoll.WaitYield} {
+		fs = append(fs, func() impl { return netpollImpl(b, netpoll.Config{Wait: w}) })
+	}
+	return fs
+}
+
+// BenchmarkEcho measures echo round trips: conns client connections, each
+// sending size bytes and reading them back, one request in flight each.
+// Client and server run in this process on the same implementation.
+func BenchmarkEcho(b *testing.B) {
+	for _, mk := range impls(b) {
+		for _, conns := range []int{1, 50} {
+			for _, size := range []int{64} {
+				im := mk()
+				b.Run(fmt.Sprintf("%s/conns=%d/size=%d", im.name, conns, size), func(b *testing.B) {
+					echo(b, im, conns, size)
+				})
+				im.close()
+			}
+		}
+	}
+}
+
+func echo(b *testing.B, im impl, conns, size int) {
+	l, err := im.listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	go serveEcho(l)
+
+	cs := make([]net.Conn, conns)
+	for i := range cs {
+		if cs[i], err = im.dial(context.Background(), "tcp", l.Addr().String()); err != nil {
+			b.Fatal(err)
+		}
+		defer cs[i].Close()
+	}
+	// One warm-up round trip per conn, so accepts and first reads are not timed.
+	for _, c := range cs {
+		if err := roundTrip(c, make([]byte, size), make([]byte, size)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetBytes(int64(2 * size))
+	b.ReportAllocs()
+	m := startMeter(im)
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	errc := make(chan error, conns)
+	for i, c := range cs {
+		n := b.N / conns
+		if i < b.N%conns {
+			n++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, in := make([]byte, size), make([]byte, size)
+			for range n {
+				if err := roundTrip(c, out, in); err != nil {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	m.report(b)
+	close(errc)
+	for err := range errc {
+		b.Fatal(err)
+	}
+}
+
+func roundTrip(c net.Conn, out, in []byte) error {
+	if _, err := c.Write(out); err != nil {
+		return err
+	}
+	_, err := io.ReadFull(c, in)
+	return err
+}
+
+// serveEcho echoes every accepted conn on its own goroutine until l closes.
+func serveEcho(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			buf := make([]byte, 64<<10)
+			for {
+				n, err := c.Read(buf)
+				if err != nil {
+					return
+				}
+				if _, err := c.Write(buf[:n]); err != nil {
+					return
+				}
+			}
+		}()
+	}
+}
+
+// meter measures the process's CPU time and context switches (getrusage)
+// and, for netpoll, its epoll counters over the timed part of a benchmark.
+type meter struct {
+	im    impl
+	ru    syscall.Rusage
+	stats netpoll.PollerStats
+}
+
+func startMeter(im impl) *meter {
+	m := &meter{im: im}
+	syscall.Getrusage(syscall.RUSAGE_SELF, &m.ru)
+	if im.stats != nil {
+		m.stats = im.stats().Total
+	}
+	return m
+}
+
+func (m *meter) report(b *testing.B) {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	n := float64(b.N)
+	cpu := tvDur(ru.Utime) + tvDur(ru.Stime) - tvDur(m.ru.Utime) - tvDur(m.ru.Stime)
+	b.ReportMetric(float64(cpu.Nanoseconds())/n, "cpu-ns/op")
+	b.ReportMetric(float64(ru.Nvcsw+ru.Nivcsw-m.ru.Nvcsw-m.ru.Nivcsw)/n, "ctxsw/op")
+	if m.im.stats != nil {
+		s := m.im.stats().Total
+		b.ReportMetric(float64(s.CtlAdd+s.CtlMod+s.CtlDel-m.stats.CtlAdd-m.stats.CtlMod-m.stats.CtlDel)/n, "epoll_ctl/op")
+		b.ReportMetric(float64(s.EpollWaits-m.stats.EpollWaits)/n, "epoll_wait/op")
+		b.ReportMetric(float64(s.ReadParks+s.WriteParks-m.stats.ReadParks-m.stats.WriteParks)/n, "parks/op")
+	}
+}
+
+func tvDur(tv syscall.Timeval) time.Duration {
+	return time.Duration(tv.Sec)*time.Second + time.Duration(tv.Usec)*time.Microsecond
+}
