@@ -115,6 +115,12 @@ type desc struct {
 	gen  uint32 // generation, packed with fd into epoll_event data
 	p    *poller
 	kind descKind
+	mode Mode // registration mode: the group's, or EdgeTriggered if shared
+
+	// shared marks one of several registrations of a listening socket on
+	// different pollers (Exclusive, WakeAll): it does not own the fd, which
+	// the Listener closes after every registration is gone.
+	shared bool
 
 	ref  atomic.Uint64 // see refClosing
 	done chan struct{} // closed once the fd is closed
@@ -191,7 +197,9 @@ func (d *desc) close() error {
 
 func (d *desc) destroy() {
 	d.p.unregister(d)
-	unix.Close(d.fd)
+	if !d.shared {
+		unix.Close(d.fd)
+	}
 	close(d.done)
 }
 
@@ -201,10 +209,9 @@ func (d *desc) destroy() {
 var testHookBeforePark func(d *desc, dr *dir)
 
 // wait is called with dr.mu held after a syscall in direction dr returned
-// EAGAIN. It returns nil when the syscall should be retried, or
+// EAGAIN (or an acceptor handed its turn off). It returns nil when the syscall should be retried, or
 // net.ErrClosed or os.ErrDeadlineExceeded.
 func (d *desc) wait(dr *dir) error {
-	dr.eagain.Add(1)
 	for {
 		if dr.state.CompareAndSwap(stReady, stIdle) {
 			dr.tokens.Add(1)
@@ -307,7 +314,10 @@ func (d *desc) io(dr *dir, op func() (int, error)) (int, error) {
 			return n, nil
 		case unix.EINTR:
 			continue
-		case unix.EAGAIN:
+		case unix.EAGAIN, errHandedOff:
+			if err == unix.EAGAIN {
+				dr.eagain.Add(1)
+			}
 			if err := d.wait(dr); err != nil {
 				return 0, err
 			}

@@ -56,6 +56,50 @@
 // on for 10ms (a conn whose owner is not reading) it disarms those readers
 // until they park again. Stats count both.
 //
+// # Pollers and sharing
+//
+// Config.Pollers epoll instances serve a group (DefaultPollers, 1, unless
+// set: on the 2-CPU machines this project measures on, one nested poller is
+// cheapest, and the runtime itself uses one epoll instance). Dial spreads
+// new connections across pollers round-robin; an accepted connection stays
+// on the poller that accepted it. Config.Sharing says how pollers share a
+// listener:
+//
+//   - Single: one registration, accepted connections spread round-robin.
+//   - Exclusive: the socket is added to every poller with EPOLLEXCLUSIVE, and
+//     each poller's acceptor goroutine accepts for itself. The kernel always
+//     wakes the same waiter first, so accepts are rebalanced: a poller above
+//     the average re-adds itself to the back of the wait queue (as nginx
+//     does) and hands its turn, as a ready token, to the least-loaded one.
+//   - WakeAll: the same without EPOLLEXCLUSIVE: the thundering-herd baseline.
+//   - ReusePort: one SO_REUSEPORT socket per poller (TCP only).
+//
+// A socket shared by pollers (Exclusive, WakeAll) is registered
+// edge-triggered in every Mode: the kernel refuses EPOLLEXCLUSIVE with
+// EPOLLONESHOT and with EPOLL_CTL_MOD, and a level-triggered socket shared
+// by pollers would report every queued connection to all of them while
+// nobody calls Accept. Connections keep the group's Mode.
+//
+// The herd is a cost of OS threads: with WaitBlock pollers WakeAll wakes
+// every poller thread for each connection, and Exclusive cuts context
+// switches per accept about fourfold (TestSharingHerd). Nested pollers are
+// goroutines parked in the runtime's single epoll instance, which merges
+// their wakeups into one thread wakeup; there the herd costs only extra
+// epoll_wait calls and failed accepts.
+//
+// # Spinning
+//
+// Config.Spin > 0 keeps a poller polling with epoll_wait(0), yielding the P
+// between polls so the goroutines it woke run, for that long after it last
+// saw events, before it blocks. Spin < 0 never blocks: the poller holds a P
+// and burns a whole CPU while the group is open, to see each event one
+// epoll_wait(0) after it happens instead of through a kernel wakeup. Stats
+// count spin polls and the polls that found events.
+//
+// Config.BusyPoll sets Linux 6.9+ per-epoll kernel busy polling
+// (EPIOCSPARAMS): epoll_wait polls the device's NAPI queue before sleeping.
+// It needs a NAPI device with busy polling and does nothing on loopback.
+//
 // # Wait strategies
 //
 // Config.Wait picks how a poller waits when it has no events: nested in the

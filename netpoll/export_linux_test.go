@@ -15,7 +15,7 @@ func descOf(c any) *desc {
 	case *Conn:
 		return c.d
 	case *Listener:
-		return c.d
+		return c.ds[0]
 	}
 	panic("netpoll test: not a *Conn or *Listener")
 }
@@ -94,3 +94,11 @@ func ResetDefault() {
 }
 
 var _ net.Conn = (*Conn)(nil)
+
+// PollerOf returns the index of the poller a *Conn is registered on.
+func PollerOf(c any) int { return descOf(c).p.id }
+
+// BusyPollParams returns poller i's EPIOCGPARAMS busy-poll settings.
+func BusyPollParams(g *Group, i int) (usecs uint32, budget uint16, err error) {
+	return busyPollParams(g.pollers[i].epfd)
+}

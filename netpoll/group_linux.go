@@ -27,9 +27,6 @@ func New(cfg Config) (*Group, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if err := cfg.supported(); err != nil {
-		return nil, err
-	}
 	g := &Group{cfg: cfg, listeners: map[*Listener]struct{}{}}
 	for i := range cfg.pollers() {
 		p, err := newPoller(g, i, cfg)
@@ -40,22 +37,15 @@ func New(cfg Config) (*Group, error) {
 		}
 		if err != nil {
 			g.stopPollers()
+			var ce *ConfigError
+			if errors.As(err, &ce) {
+				return nil, err
+			}
 			return nil, fmt.Errorf("netpoll: starting poller %d: %w", i, err)
 		}
 		g.pollers = append(g.pollers, p)
 	}
 	return g, nil
-}
-
-// supported rejects combinations this implementation does not offer.
-func (c Config) supported() error {
-	if c.Sharing != Single {
-		return &ConfigError{"sharing", c.Sharing.String(), "only single is implemented so far"}
-	}
-	if c.Spin != 0 {
-		return &ConfigError{"spin", c.Spin.String(), "spinning is not implemented so far"}
-	}
-	return nil
 }
 
 // Config returns the configuration the group was created with.

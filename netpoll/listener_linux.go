@@ -2,9 +2,12 @@ package netpoll
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -12,15 +15,31 @@ import (
 
 // Listener is a stream listener (TCP or unix) on a Group's pollers. It
 // implements net.Listener; accepted connections are *Conn.
+//
+// With Sharing Single, Accept calls accept4 itself on the listener's one
+// registration. With Exclusive, WakeAll or ReusePort, each registration (one
+// per poller) has an acceptor goroutine that accepts on its own poller,
+// registers the new connection on that poller and hands it to Accept.
 type Listener struct {
 	g       *Group
-	d       *desc
 	network string
 	addr    net.Addr
-	unlink  string // unix socket path to remove on Close
+	unlink  string  // unix socket path to remove on Close
+	sharing Sharing // Single, or how the registrations share the socket
+	ds      []*desc // registrations: one, or one per poller
+	fd      int     // Exclusive, WakeAll: the socket every registration shares; else -1
+
+	conns     chan acceptResult // acceptors to Accept; unbuffered, so the kernel queues
+	acceptors sync.WaitGroup
+	accepts   []atomic.Uint64 // connections accepted per registration
 
 	closeOnce sync.Once
-	closed    chan struct{} // closed when Close begins: ends an accept back-off
+	closed    chan struct{} // closed when Close begins: ends back-offs and hand-offs
+}
+
+type acceptResult struct {
+	c   *Conn
+	err error
 }
 
 var _ net.Listener = (*Listener)(nil)
@@ -37,26 +56,32 @@ func (g *Group) listen(ctx context.Context, network, address string) (*Listener,
 	if err := g.checkOpen(); err != nil {
 		return nil, err
 	}
+	sharing := g.cfg.Sharing
+	if sharing == ReusePort && network == "unix" {
+		return nil, &ConfigError{"sharing", "reuseport", "SO_REUSEPORT balances TCP only; unix sockets cannot share a path"}
+	}
 	eps, err := resolve(ctx, network, address, true)
 	if err != nil {
 		return nil, err
 	}
 	ep := eps[0]
-	fd, err := listenSocket(network, ep)
-	if err != nil {
+	l := &Listener{g: g, network: network, sharing: sharing, fd: -1, closed: make(chan struct{})}
+	if err := l.open(ep); err != nil {
+		l.closeRegistrations()
 		return nil, &net.OpError{Op: "listen", Net: network, Addr: ep.addr, Err: err}
 	}
-	l := &Listener{g: g, network: network, closed: make(chan struct{})}
-	l.d = newDesc(fd, kindListener)
-	if err := g.pick().register(l.d, 0); err != nil {
-		unix.Close(fd)
-		return nil, &net.OpError{Op: "listen", Net: network, Addr: ep.addr, Err: err}
-	}
-	l.addr = localAddr(fd)
 	if network == "unix" {
 		l.addr = ep.addr
 		if name := ep.addr.(*net.UnixAddr).Name; name[0] != '@' {
 			l.unlink = name
+		}
+	}
+	if sharing != Single {
+		l.conns = make(chan acceptResult)
+		l.accepts = make([]atomic.Uint64, len(l.ds))
+		for i := range l.ds {
+			l.acceptors.Add(1)
+			go l.acceptor(i)
 		}
 	}
 	g.mu.Lock()
@@ -70,8 +95,82 @@ func (g *Group) listen(ctx context.Context, network, address string) (*Listener,
 	return l, nil
 }
 
+// open creates the socket(s) and registrations for l's sharing mode.
+func (l *Listener) open(ep endpoint) error {
+	g := l.g
+	switch l.sharing {
+	case Single:
+		fd, err := listenSocket(l.network, ep, false)
+		if err != nil {
+			return err
+		}
+		return l.register(fd, g.pick(), 0, true)
+	case ReusePort:
+		for i, p := range g.pollers {
+			fd, err := listenSocket(l.network, ep, true)
+			if err != nil {
+				return err
+			}
+			if err := l.register(fd, p, 0, true); err != nil {
+				return err
+			}
+			if i == 0 {
+				// The others bind to the port the first one got.
+				sa, err := unix.Getsockname(fd)
+				if err != nil {
+					return os.NewSyscallError("getsockname", err)
+				}
+				ep.sa = sa
+			}
+		}
+		return nil
+	default: // Exclusive, WakeAll
+		fd, err := listenSocket(l.network, ep, false)
+		if err != nil {
+			return err
+		}
+		l.fd = fd
+		extra := uint32(0)
+		if l.sharing == Exclusive {
+			extra = unix.EPOLLEXCLUSIVE
+		}
+		for _, p := range g.pollers {
+			if err := l.register(fd, p, extra, false); err != nil {
+				if extra != 0 && errors.Is(err, unix.EINVAL) {
+					return fmt.Errorf("sharing=exclusive: the kernel refuses EPOLLEXCLUSIVE (needs Linux 4.5): %w", err)
+				}
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// register adds a registration of the listening socket fd on p. extra is
+// EPOLLEXCLUSIVE or 0; owns says whether closing the registration closes fd.
+// A socket shared by several pollers is registered edge-triggered in every
+// mode: the kernel refuses EPOLLEXCLUSIVE with EPOLLONESHOT and with
+// EPOLL_CTL_MOD, and a level-triggered socket shared by pollers would report
+// every queued connection to all of them while Accept is not being called.
+// On failure an owned fd is closed.
+func (l *Listener) register(fd int, p *poller, extra uint32, owns bool) error {
+	d := newDesc(fd, kindListener)
+	d.shared = !owns
+	if err := p.register(d, extra); err != nil {
+		if owns {
+			unix.Close(fd)
+		}
+		return err
+	}
+	l.ds = append(l.ds, d)
+	if l.addr == nil {
+		l.addr = localAddr(fd)
+	}
+	return nil
+}
+
 // listenSocket opens, binds and listens a non-blocking socket for ep.
-func listenSocket(network string, ep endpoint) (fd int, err error) {
+func listenSocket(network string, ep endpoint, reusePort bool) (fd int, err error) {
 	fd, err = unix.Socket(ep.family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return -1, os.NewSyscallError("socket", err)
@@ -81,15 +180,23 @@ func listenSocket(network string, ep endpoint) (fd int, err error) {
 			unix.Close(fd)
 		}
 	}()
+	setInt := func(level, opt, v int) error {
+		return os.NewSyscallError("setsockopt", unix.SetsockoptInt(fd, level, opt, v))
+	}
 	if ep.family != unix.AF_UNIX {
-		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
-			return -1, os.NewSyscallError("setsockopt", err)
+		if err := setInt(unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
+			return -1, err
+		}
+	}
+	if reusePort {
+		if err := setInt(unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
+			return -1, err
 		}
 	}
 	if ep.family == unix.AF_INET6 {
 		// tcp on an IPv6 socket is dual-stack, tcp6 is not, as in package net.
-		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, boolInt(network == "tcp6")); err != nil {
-			return -1, os.NewSyscallError("setsockopt", err)
+		if err := setInt(unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, boolInt(network == "tcp6")); err != nil {
+			return -1, err
 		}
 	}
 	if err := unix.Bind(fd, ep.sa); err != nil {
@@ -101,12 +208,61 @@ func listenSocket(network string, ep endpoint) (fd int, err error) {
 	return fd, nil
 }
 
-// Accept waits for and returns the next connection. It parks on the
-// listener's poller, retries ECONNABORTED, and backs off while out of fds.
+// Accept waits for and returns the next connection.
 func (l *Listener) Accept() (net.Conn, error) {
-	d := l.d
+	if l.sharing == Single {
+		c, err := l.acceptOn(l.ds[0], l.g.pick(), nil)
+		if err != nil {
+			return nil, l.opError(err)
+		}
+		return c, nil
+	}
+	select {
+	case r := <-l.conns:
+		if r.err != nil {
+			return nil, l.opError(r.err)
+		}
+		return r.c, nil
+	case <-l.closed:
+		return nil, l.opError(net.ErrClosed)
+	}
+}
+
+// acceptor accepts on registration i and hands connections to Accept until
+// the listener closes. Errors other than closing are handed on too.
+func (l *Listener) acceptor(i int) {
+	defer l.acceptors.Done()
+	d := l.ds[i]
+	gate := func() bool { return l.balance(i) }
+	for {
+		c, err := l.acceptOn(d, d.p, gate)
+		if errors.Is(err, net.ErrClosed) {
+			return
+		}
+		if err == nil {
+			l.accepted(i)
+		}
+		select {
+		case l.conns <- acceptResult{c, err}:
+		case <-l.closed:
+			if c != nil {
+				c.Close()
+			}
+			return
+		}
+	}
+}
+
+// errHandedOff makes an acceptor park as after EAGAIN, without a syscall,
+// when balance handed its turn to another registration.
+var errHandedOff = errors.New("accept handed off")
+
+// acceptOn accepts one connection on d, parking on d's poller, retrying
+// ECONNABORTED and backing off while out of fds, and registers it on p.
+// gate, if not nil, runs before each accept4: false means park instead.
+func (l *Listener) acceptOn(d *desc, p *poller, gate func() bool) (*Conn, error) {
 	if err := d.begin(&d.rd); err != nil {
-		return nil, l.opError(err)
+		return nil, err
 	}
 	defer d.end(&d.rd)
 	backoff := time.Duration(0)
@@ -114,17 +270,17 @@ func (l *Listener) Accept() (net.Conn, error) {
 		var nfd int
 		var rsa unix.Sockaddr
 		_, err := d.io(&d.rd, func() (int, error) {
+			if gate != nil && !gate() {
+				return 0, errHandedOff
+			}
 			var err error
 			nfd, rsa, err = unix.Accept4(d.fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
 			return 0, err
 		})
 		switch err {
 		case nil:
-			c, err := l.g.newConn(nfd, l.network, rsa, l.d.p)
-			if err != nil {
-				return nil, l.opError(err)
-			}
-			return c, nil
+			d.p.st.accepts.Add(1)
+			return l.g.newConn(nfd, l.network, rsa, p)
 		case unix.ECONNABORTED:
 			continue
 		case unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM:
@@ -135,15 +291,85 @@ func (l *Listener) Accept() (net.Conn, error) {
 			case <-t.C:
 			case <-l.closed:
 				t.Stop()
-				return nil, l.opError(net.ErrClosed)
+				return nil, net.ErrClosed
 			}
 		default:
-			return nil, l.opError(syscallErr("accept4", err))
+			return nil, syscallErr("accept4", err)
 		}
 	}
 }
 
-// Close stops listening. A blocked Accept returns an error wrapping
+// Balancing Exclusive sharing. The kernel wakes the first exclusive waiter
+// on the socket's wait queue, always the same poller, and whichever acceptor
+// is running takes what is queued; so one poller would take nearly every
+// connection. Two corrections, both keyed on accepts per registration:
+//
+//   - accepted: a registration above the average after an accept moves to
+//     the back of the wait queue by re-adding itself (EPOLL_CTL_DEL,
+//     EPOLL_CTL_ADD), as nginx does, so the kernel's next wakeup goes to a
+//     poller that has waited longer.
+//   - balance: before accept4, a registration more than one above the
+//     average hands its edge to the least-loaded registration, as a ready
+//     token through the state machine (no syscall), and parks. The
+//     least-loaded never hands off and retries accept4 when it gets the
+//     token, so a queued connection always has an acceptor that will try
+//     for it. This catches bursts and races between acceptors that the
+//     wait-queue order cannot.
+//
+// Accepts stay spread while each connection wakes about one poller.
+
+// accepted counts an accept by registration i and requeues it if it is now
+// above the average.
+func (l *Listener) accepted(i int) {
+	n := l.accepts[i].Add(1)
+	if l.sharing != Exclusive || len(l.accepts) == 1 {
+		return
+	}
+	total, _ := l.acceptTotals()
+	if n*uint64(len(l.accepts)) <= total {
+		return
+	}
+	d := l.ds[i]
+	if d.incref() != nil {
+		return
+	}
+	defer d.decref()
+	if d.p.requeue(d, unix.EPOLLEXCLUSIVE) == nil {
+		d.p.st.rotations.Add(1)
+	}
+}
+
+// balance runs before registration i tries accept4 and reports whether it
+// may; if not, it has handed the edge to the least-loaded registration.
+func (l *Listener) balance(i int) bool {
+	k := uint64(len(l.accepts))
+	if l.sharing != Exclusive || k == 1 {
+		return true
+	}
+	total, least := l.acceptTotals()
+	if l.accepts[i].Load()*k <= total+k || least == i {
+		return true
+	}
+	l.ds[least].rd.notify()
+	l.ds[least].p.st.handOffs.Add(1)
+	return false
+}
+
+// acceptTotals returns the accepts of all registrations and the index of
+// the one with the fewest.
+func (l *Listener) acceptTotals() (total uint64, least int) {
+	leastN := ^uint64(0)
+	for j := range l.accepts {
+		a := l.accepts[j].Load()
+		total += a
+		if a < leastN {
+			least, leastN = j, a
+		}
+	}
+	return total, least
+}
+
+// Close stops listening. Blocked Accepts return an error wrapping
 // net.ErrClosed. A unix socket's path is removed, as package net does.
 func (l *Listener) Close() error {
 	first := false
@@ -154,25 +380,34 @@ func (l *Listener) Close() error {
 	if !first {
 		return l.opError(net.ErrClosed)
 	}
-	err := l.d.close()
+	l.closeRegistrations()
 	if l.unlink != "" {
 		os.Remove(l.unlink)
 	}
 	l.g.mu.Lock()
 	delete(l.g.listeners, l)
 	l.g.mu.Unlock()
-	if err != nil {
-		return l.opError(err)
-	}
 	return nil
+}
+
+// closeRegistrations closes every registration, waits for the acceptors
+// and closes a shared socket.
+func (l *Listener) closeRegistrations() {
+	for _, d := range l.ds {
+		d.close()
+	}
+	l.acceptors.Wait()
+	if l.fd >= 0 {
+		unix.Close(l.fd)
+		l.fd = -1
+	}
 }
 
 // Addr returns the listener's address: *net.TCPAddr or *net.UnixAddr.
 func (l *Listener) Addr() net.Addr { return l.addr }
 
 func (l *Listener) opError(err error) error {
-	op := "accept"
-	return &net.OpError{Op: op, Net: l.network, Source: nil, Addr: l.addr, Err: err}
+	return &net.OpError{Op: "accept", Net: l.network, Addr: l.addr, Err: err}
 }
 
 // newConn registers an accepted or connected fd on p and wraps it. On

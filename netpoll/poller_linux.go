@@ -10,20 +10,30 @@ import (
 )
 
 // How a poller waits (Config.Wait). Measured on the 2-vCPU KVM machine this
-// project targets, 64-byte echo ping-pong inside one process (bench/,
-// BenchmarkWait), with the results in the core issue's closing note:
+// project targets, 64-byte echo ping-pong with client and server in one
+// process (bench/, BenchmarkEcho, -count 6; testdata/core/):
 //
-//   - WaitBlock, a locked OS thread in epoll_wait(-1), pays for a thread
-//     switch on every wakeup: the woken goroutines must be handed to a P
-//     that another thread runs, and sysmon keeps retaking the P from the
-//     blocked syscall.
-//   - WaitYield saves the switch while events keep coming but still blocks
-//     a thread holding its P when they stop.
+//	                 1 conn            50 conns
+//	net              4.3 µs/op         3.8 µs/op
+//	nested           7.4 µs/op         4.1 µs/op
+//	block           28.8 µs/op         9.0 µs/op
+//	yield           27.6 µs/op         4.0 µs/op
+//
+//   - WaitBlock, a locked OS thread in epoll_wait(-1), readies goroutines
+//     onto the P of a thread that goes straight back into a blocking
+//     syscall: they run only once sysmon retakes that P or another thread
+//     steals them, a cross-core wakeup each time (4 context switches/op).
+//   - WaitYield yields the P after each batch, but when events stop it
+//     still blocks a thread holding its P.
 //   - WaitNested parks the epoll fd in the runtime's netpoller, so the
-//     thread that the kernel wakes runs the poller and then, on the same P,
-//     the goroutines it readied; no thread is dedicated to the poller.
+//     thread the kernel wakes runs the poller and then, on the same P, the
+//     goroutines it readied; no thread is dedicated to the poller.
 //
-// WaitNested was fastest and cheapest in CPU per op, so it is the default.
+// WaitNested is the default. Its remaining cost against package net is one
+// epoll_wait(0) and one goroutine switch per wakeup, plus, when a P is idle,
+// the runtime's wakep() on every goroutine it readies (net's netpoll hands
+// goroutines to the scheduler directly and avoids it): +23% at 1 conn with
+// GOMAXPROCS=1, +71% with GOMAXPROCS=2.
 
 // pollBatch is how many events one epoll_wait returns at most.
 const pollBatch = 128
@@ -41,6 +51,7 @@ type poller struct {
 	evfd int // eventfd registered level-triggered: written once to stop the loop
 	mode Mode
 	wait Wait
+	spin time.Duration // Config.Spin
 
 	table fdTable
 
@@ -48,28 +59,35 @@ type poller struct {
 
 	// Owned by the loop goroutine.
 	events      []unix.EpollEvent
+	lastEvent   time.Time // when a poll last returned events (spinning)
 	repeatSince time.Time // start of a run of LevelTriggered batches that woke nobody
 
 	st pollerCounters
 }
 
-// pollerCounters are written by the poller's loop (and, for ctl counts, by
-// registration) and read by Stats. Per-I/O counters live in desc and are
-// folded into retired when a descriptor closes.
+// pollerCounters are written by the poller's loop (and, for ctl counts and
+// accepts, by registration and acceptors) and read by Stats. Per-I/O
+// counters live in desc and are folded in when a descriptor closes.
 type pollerCounters struct {
 	waits          atomic.Uint64 // epoll_wait calls
-	blockingWaits  atomic.Uint64 // epoll_wait calls that could block
+	blockingWaits  atomic.Uint64 // times the loop blocked (epoll_wait(-1) or a park)
+	wakeups        atomic.Uint64 // blocking waits that returned
+	emptyWakeups   atomic.Uint64 // wakeups whose first poll woke no goroutine
+	spinPolls      atomic.Uint64 // epoll_wait(0) calls made while spinning
+	spinHits       atomic.Uint64 // spin polls that returned events
 	events         atomic.Uint64 // events returned
-	emptyWakeups   atomic.Uint64 // blocking waits that returned nothing usable
 	stale          atomic.Uint64 // events dropped: fd closed or generation reused
 	ctlAdd         atomic.Uint64
 	ctlDel         atomic.Uint64
 	levelDisarms   atomic.Uint64 // LevelTriggered readers disarmed for not reading
+	accepts        atomic.Uint64 // connections accepted on this poller
 	acceptBackoffs atomic.Uint64 // accept back-offs while out of fds or memory
+	rotations      atomic.Uint64 // Exclusive listener registrations re-queued
+	handOffs       atomic.Uint64 // accept edges handed to this poller's acceptor
 }
 
 func newPoller(g *Group, id int, cfg Config) (p *poller, err error) {
-	p = &poller{g: g, id: id, epfd: -1, evfd: -1, mode: cfg.Mode, wait: cfg.Wait,
+	p = &poller{g: g, id: id, epfd: -1, evfd: -1, mode: cfg.Mode, wait: cfg.Wait, spin: cfg.Spin,
 		stopped: make(chan struct{}), events: make([]unix.EpollEvent, pollBatch)}
 	defer func() {
 		if err != nil {
@@ -78,6 +96,11 @@ func newPoller(g *Group, id int, cfg Config) (p *poller, err error) {
 	}()
 	if p.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
 		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	if cfg.BusyPoll != 0 {
+		if err = setBusyPoll(p.epfd, cfg.BusyPoll); err != nil {
+			return nil, err
+		}
 	}
 	if p.evfd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
 		return nil, os.NewSyscallError("eventfd", err)
@@ -117,9 +140,9 @@ func (p *poller) start() error {
 		case WaitBlock:
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			p.runBlock()
+			p.runBlocking(false)
 		case WaitYield:
-			p.runYield()
+			p.runBlocking(true)
 		}
 	}()
 	return nil
@@ -141,26 +164,32 @@ func (p *poller) stop() {
 	p.closeFDs()
 }
 
-func (p *poller) runBlock() {
+// runBlocking is the loop of WaitBlock and WaitYield: epoll_wait(-1), and in
+// between, while events keep coming (yield) or within the spin budget,
+// epoll_wait(0) with the P yielded between polls.
+func (p *poller) runBlocking(yield bool) {
 	for {
-		if _, stop := p.poll(-1); stop {
-			return
-		}
-	}
-}
-
-func (p *poller) runYield() {
-	for {
-		n, stop := p.poll(0)
+		p.st.blockingWaits.Add(1)
+		n, woke, stop := p.poll(-1)
 		if stop {
 			return
 		}
-		if n > 0 {
-			runtime.Gosched() // let the goroutines just woken run on this P
-			continue
+		p.st.wakeups.Add(1)
+		if woke == 0 {
+			p.st.emptyWakeups.Add(1)
 		}
-		if _, stop := p.poll(-1); stop {
-			return
+		for {
+			spin := p.spinning(n)
+			if !spin && !(yield && n > 0) {
+				break
+			}
+			runtime.Gosched() // let the goroutines just woken run on this P
+			if n, _, stop = p.poll(0); stop {
+				return
+			}
+			if spin && n > 0 {
+				p.st.spinHits.Add(1)
+			}
 		}
 	}
 }
@@ -171,26 +200,66 @@ func (p *poller) runNested(f *os.File) {
 	if err != nil {
 		panic("netpoll: SyscallConn of an os.File failed: " + err.Error())
 	}
-	stopped := false
+	stopped, parked, spun := false, false, false
 	// RawConn.Read calls the function until it returns true, parking on the
 	// runtime's netpoller (edge-triggered on our epoll fd) in between. An
 	// edge after our epoll_wait(0) found the ready list empty makes the
 	// runtime wake us, so returning false with nothing pending loses nothing.
 	err = rc.Read(func(uintptr) bool {
+		first := parked
+		parked = false
 		for {
-			n, stop := p.poll(0)
+			n, woke, stop := p.poll(0)
 			if stop {
 				stopped = true
 				return true
 			}
-			if n < len(p.events) {
-				return false
+			if spun && n > 0 {
+				p.st.spinHits.Add(1)
 			}
+			spun = false
+			if first {
+				p.st.wakeups.Add(1)
+				if woke == 0 {
+					p.st.emptyWakeups.Add(1)
+				}
+				first = false
+			}
+			if n == len(p.events) {
+				continue // more may be pending
+			}
+			if p.spinning(n) {
+				runtime.Gosched()
+				spun = true
+				continue
+			}
+			p.st.blockingWaits.Add(1)
+			parked = true
+			return false
 		}
 	})
 	if err != nil || !stopped {
 		panic("netpoll: nested poller stopped without being asked: " + errString(err))
 	}
+}
+
+// spinning reports, after a poll that returned n events, whether the loop
+// should poll again without blocking: Spin < 0 always, Spin > 0 until Spin
+// has passed since events were last seen. It counts the spin poll to come.
+func (p *poller) spinning(n int) bool {
+	if p.spin == 0 {
+		return false
+	}
+	if p.spin > 0 {
+		now := time.Now()
+		if n > 0 {
+			p.lastEvent = now
+		} else if now.Sub(p.lastEvent) >= p.spin {
+			return false
+		}
+	}
+	p.st.spinPolls.Add(1)
+	return true
 }
 
 func errString(err error) string {
@@ -201,29 +270,23 @@ func errString(err error) string {
 }
 
 // poll makes one epoll_wait with the given timeout (ms; -1 blocks) and
-// dispatches what it returns. It reports how many events it got and whether
-// the stop eventfd fired.
-func (p *poller) poll(msec int) (n int, stop bool) {
+// dispatches what it returns: how many events, how many goroutines they
+// woke, and whether the stop eventfd fired.
+func (p *poller) poll(msec int) (n, woke int, stop bool) {
 	p.st.waits.Add(1)
-	if msec != 0 {
-		p.st.blockingWaits.Add(1)
-	}
 	n, err := unix.EpollWait(p.epfd, p.events, msec)
 	if err != nil {
 		if err == unix.EINTR {
-			return 0, false
+			return 0, 0, false
 		}
 		panic("netpoll: epoll_wait on our own epoll fd failed: " + err.Error())
 	}
 	p.st.events.Add(uint64(n))
-	woke, stop := p.dispatch(p.events[:n])
-	if msec != 0 && woke == 0 {
-		p.st.emptyWakeups.Add(1)
-	}
+	woke, stop = p.dispatch(p.events[:n])
 	if p.mode == LevelTriggered {
 		p.levelGuard(p.events[:n], woke)
 	}
-	return n, stop
+	return n, woke, stop
 }
 
 // dispatch hands each event to its descriptor's directions.
@@ -247,7 +310,7 @@ func (p *poller) dispatch(evs []unix.EpollEvent) (woke int, stop bool) {
 		if e&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0 && d.wr.notify() {
 			woke++
 		}
-		if p.mode != EdgeTriggered {
+		if d.mode != EdgeTriggered {
 			p.rearmAfterEvent(d)
 		}
 	}
@@ -274,7 +337,7 @@ func (p *poller) levelGuard(evs []unix.EpollEvent, woke int) {
 	p.repeatSince = time.Time{}
 	for i := range evs {
 		d := p.table.get(int(evs[i].Fd))
-		if d == nil || d.gen != uint32(evs[i].Pad) || d.rd.state.Load() == stWaiting {
+		if d == nil || d.gen != uint32(evs[i].Pad) || d.mode != LevelTriggered || d.rd.state.Load() == stWaiting {
 			continue
 		}
 		d.armMu.Lock()
@@ -287,20 +350,20 @@ func (p *poller) levelGuard(evs []unix.EpollEvent, woke int) {
 	}
 }
 
-// registration returns the epoll events a descriptor is added with.
-func (p *poller) registration(kind descKind) uint32 {
+// registration returns the epoll events d is added with.
+func registration(d *desc) uint32 {
 	in := uint32(unix.EPOLLIN | unix.EPOLLRDHUP)
-	if kind == kindListener {
+	if d.kind == kindListener {
 		in = unix.EPOLLIN
 	}
-	switch p.mode {
+	switch d.mode {
 	case OneShot:
 		return unix.EPOLLONESHOT // disarmed: each park arms what it waits for
 	case LevelTriggered:
 		return in // EPOLLOUT is armed only while a writer is parked
 	default:
 		ev := in | unix.EPOLLET
-		if kind == kindConn {
+		if d.kind == kindConn {
 			ev |= unix.EPOLLOUT
 		}
 		return ev
@@ -311,16 +374,39 @@ func (p *poller) registration(kind descKind) uint32 {
 // (EPOLLEXCLUSIVE for a shared listener).
 func (p *poller) register(d *desc, extra uint32) error {
 	d.p = p
-	ev := p.registration(d.kind)
+	d.mode = p.mode
+	if d.shared {
+		d.mode = EdgeTriggered
+	}
+	ev := registration(d)
 	d.armed.Store(ev &^ (unix.EPOLLET | unix.EPOLLONESHOT))
 	p.table.set(d) // before epoll_ctl, so the first event finds d
-	e := unix.EpollEvent{Events: ev | extra, Fd: int32(d.fd), Pad: int32(d.gen)}
-	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, d.fd, &e); err != nil {
+	if err := p.add(d, ev|extra); err != nil {
 		p.table.clear(d, false)
+		return err
+	}
+	return nil
+}
+
+func (p *poller) add(d *desc, events uint32) error {
+	e := unix.EpollEvent{Events: events, Fd: int32(d.fd), Pad: int32(d.gen)}
+	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, d.fd, &e); err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
 	p.st.ctlAdd.Add(1)
 	return nil
+}
+
+// requeue deletes and re-adds d's registration, which moves it to the back
+// of the wait queue of d's socket (see Listener.balance). A connection that
+// arrives in between wakes another poller; one already queued is reported
+// again by the re-add, since epoll_ctl checks readiness when it adds.
+func (p *poller) requeue(d *desc, extra uint32) error {
+	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, d.fd, nil); err != nil {
+		return os.NewSyscallError("epoll_ctl", err)
+	}
+	p.st.ctlDel.Add(1)
+	return p.add(d, registration(d)|extra)
 }
 
 // unregister removes d from epoll and the table and retires its counters.
@@ -335,7 +421,7 @@ func (p *poller) unregister(d *desc) {
 // d.armMu held.
 func (p *poller) modify(d *desc, events uint32) error {
 	flags := uint32(0)
-	if p.mode == OneShot {
+	if d.mode == OneShot {
 		flags = unix.EPOLLONESHOT
 	}
 	e := unix.EpollEvent{Events: events | flags, Fd: int32(d.fd), Pad: int32(d.gen)}
@@ -350,13 +436,13 @@ func (p *poller) modify(d *desc, events uint32) error {
 // interest is what d must be armed for given who is parked: OneShot arms
 // exactly the parked directions, LevelTriggered keeps reading armed and adds
 // EPOLLOUT while a writer is parked.
-func (p *poller) interest(d *desc) uint32 {
+func interest(d *desc) uint32 {
 	var ev uint32
 	in := uint32(unix.EPOLLIN | unix.EPOLLRDHUP)
 	if d.kind == kindListener {
 		in = unix.EPOLLIN
 	}
-	if p.mode == LevelTriggered || d.rd.state.Load() == stWaiting {
+	if d.mode == LevelTriggered || d.rd.state.Load() == stWaiting {
 		ev |= in
 	}
 	if d.wr.state.Load() == stWaiting {
@@ -369,13 +455,13 @@ func (p *poller) interest(d *desc) uint32 {
 // EdgeTriggered: nothing to do, ever. OneShot: re-arm (one EPOLL_CTL_MOD per
 // park). LevelTriggered: only if the wanted interest is not armed already.
 func (p *poller) armForPark(d *desc, dr *dir) error {
-	if p.mode == EdgeTriggered {
+	if d.mode == EdgeTriggered {
 		return nil
 	}
 	d.armMu.Lock()
 	defer d.armMu.Unlock()
-	want := p.interest(d)
-	if p.mode == LevelTriggered && d.armed.Load() == want {
+	want := interest(d)
+	if d.mode == LevelTriggered && d.armed.Load() == want {
 		return nil
 	}
 	return p.modify(d, want)
@@ -386,16 +472,16 @@ func (p *poller) armForPark(d *desc, dr *dir) error {
 // direction still parked must be armed again. LevelTriggered: drop EPOLLOUT
 // once no writer is parked, or it would fire on every epoll_wait.
 func (p *poller) rearmAfterEvent(d *desc) {
-	if p.mode == OneShot && d.rd.state.Load() != stWaiting && d.wr.state.Load() != stWaiting {
+	if d.mode == OneShot && d.rd.state.Load() != stWaiting && d.wr.state.Load() != stWaiting {
 		return
 	}
-	if p.mode == LevelTriggered && d.armed.Load()&unix.EPOLLOUT == 0 {
+	if d.mode == LevelTriggered && d.armed.Load()&unix.EPOLLOUT == 0 {
 		return
 	}
 	d.armMu.Lock()
 	defer d.armMu.Unlock()
-	want := p.interest(d)
-	if (p.mode == OneShot && want != 0) || (p.mode == LevelTriggered && want != d.armed.Load()) {
+	want := interest(d)
+	if (d.mode == OneShot && want != 0) || (d.mode == LevelTriggered && want != d.armed.Load()) {
 		// An error means d is being closed concurrently: nothing to arm.
 		_ = p.modify(d, want)
 	}
@@ -407,13 +493,19 @@ func (p *poller) stats() PollerStats {
 	s := PollerStats{
 		EpollWaits:     p.st.waits.Load(),
 		BlockingWaits:  p.st.blockingWaits.Load(),
-		Events:         p.st.events.Load(),
+		Wakeups:        p.st.wakeups.Load(),
 		EmptyWakeups:   p.st.emptyWakeups.Load(),
+		SpinPolls:      p.st.spinPolls.Load(),
+		SpinHits:       p.st.spinHits.Load(),
+		Events:         p.st.events.Load(),
 		StaleEvents:    p.st.stale.Load(),
 		CtlAdd:         p.st.ctlAdd.Load(),
 		CtlDel:         p.st.ctlDel.Load(),
 		LevelDisarms:   p.st.levelDisarms.Load(),
+		Accepts:        p.st.accepts.Load(),
 		AcceptBackoffs: p.st.acceptBackoffs.Load(),
+		Rotations:      p.st.rotations.Load(),
+		HandOffs:       p.st.handOffs.Load(),
 	}
 	c, live := p.table.counters()
 	c.into(&s)

@@ -4,9 +4,12 @@ package netpoll
 // counter only grows, except Descriptors.
 type PollerStats struct {
 	EpollWaits    uint64 // epoll_wait calls
-	BlockingWaits uint64 // epoll_wait calls with a non-zero timeout
+	BlockingWaits uint64 // times the poller blocked: epoll_wait(-1), or parked (WaitNested)
+	Wakeups       uint64 // blocking waits that returned
+	EmptyWakeups  uint64 // wakeups whose first poll woke no goroutine
+	SpinPolls     uint64 // epoll_wait(0) calls made while spinning (Config.Spin)
+	SpinHits      uint64 // spin polls that returned events
 	Events        uint64 // events returned by epoll_wait
-	EmptyWakeups  uint64 // blocking waits that woke no goroutine
 	StaleEvents   uint64 // events for a closed fd or an old generation, dropped
 
 	CtlAdd uint64 // EPOLL_CTL_ADD calls
@@ -19,8 +22,11 @@ type PollerStats struct {
 	ReadyTokens uint64 // edges consumed after EAGAIN without parking
 
 	LevelDisarms   uint64 // LevelTriggered readers disarmed for not reading
+	Accepts        uint64 // connections accepted on this poller
 	AcceptBackoffs uint64 // accept back-offs while out of fds or memory
-	Descriptors    uint64 // conns and listener sockets registered now
+	Rotations      uint64 // Exclusive listener registrations re-queued for balance
+	HandOffs       uint64 // accept edges handed to this poller for balance
+	Descriptors    uint64 // conns and listener registrations on this poller now
 }
 
 // Stats is a snapshot of a group's counters, per poller and summed.
@@ -32,6 +38,9 @@ type Stats struct {
 func (s *PollerStats) add(o *PollerStats) {
 	s.EpollWaits += o.EpollWaits
 	s.BlockingWaits += o.BlockingWaits
+	s.Wakeups += o.Wakeups
+	s.SpinPolls += o.SpinPolls
+	s.SpinHits += o.SpinHits
 	s.Events += o.Events
 	s.EmptyWakeups += o.EmptyWakeups
 	s.StaleEvents += o.StaleEvents
@@ -43,7 +52,10 @@ func (s *PollerStats) add(o *PollerStats) {
 	s.EAGAIN += o.EAGAIN
 	s.ReadyTokens += o.ReadyTokens
 	s.LevelDisarms += o.LevelDisarms
+	s.Accepts += o.Accepts
 	s.AcceptBackoffs += o.AcceptBackoffs
+	s.Rotations += o.Rotations
+	s.HandOffs += o.HandOffs
 	s.Descriptors += o.Descriptors
 }
 

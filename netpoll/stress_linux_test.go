@@ -101,10 +101,18 @@ func pingPong(t *testing.T, g *netpoll.Group, conns, rounds int) {
 // group used are gone, even with connections and listeners left open and
 // operations blocked.
 func TestCloseLeavesNothing(t *testing.T) {
+	var cfgs []netpoll.Config
 	for _, wait := range []netpoll.Wait{netpoll.WaitNested, netpoll.WaitBlock, netpoll.WaitYield} {
-		t.Run("wait="+wait.String(), func(t *testing.T) {
+		for _, sh := range []netpoll.Sharing{netpoll.Single, netpoll.Exclusive, netpoll.WakeAll, netpoll.ReusePort} {
+			for _, spin := range []time.Duration{0, time.Millisecond, -1} {
+				cfgs = append(cfgs, netpoll.Config{Wait: wait, Pollers: 3, Sharing: sh, Spin: spin})
+			}
+		}
+	}
+	for _, cfg := range cfgs {
+		t.Run(fmt.Sprintf("wait=%s/sharing=%s/spin=%s", cfg.Wait, cfg.Sharing, cfg.Spin), func(t *testing.T) {
 			goroutines, fds := runtime.NumGoroutine(), countFDs(t)
-			g, err := netpoll.New(netpoll.Config{Wait: wait, Pollers: 3})
+			g, err := netpoll.New(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
