@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -34,15 +35,19 @@ func netpollImpl(b *testing.B, cfg netpoll.Config) impl {
 	if err != nil {
 		b.Fatal(err)
 	}
+	spin := cfg.Spin.String()
+	if cfg.Spin < 0 {
+		spin = "forever"
+	}
 	return impl{
-		name:   fmt.Sprintf("impl=netpoll/mode=%s/wait=%s", cfg.Mode, cfg.Wait),
+		name:   fmt.Sprintf("impl=netpoll/mode=%s/wait=%s/spin=%s", cfg.Mode, cfg.Wait, spin),
 		listen: g.Listen, dial: g.Dial, stats: g.Stats,
 		close: func() { g.Close() },
 	}
 }
 
 // impls lists package net and netpoll in every mode with the default wait
-// strategy, then every wait strategy in EdgeTriggered mode.
+// strategy, every wait strategy in EdgeTriggered mode, and spinning.
 func impls(b *testing.B) []func() impl {
 	fs := []func() impl{netImpl}
 	for _, m := range []netpoll.Mode{netpoll.EdgeTriggered, netpoll.OneShot, netpoll.LevelTriggered} {
@@ -50,6 +55,9 @@ func impls(b *testing.B) []func() impl {
 	}
 	for _, w := range []netpoll.Wait{netpoll.WaitBlock, netpoll.WaitYield} {
 		fs = append(fs, func() impl { return netpollImpl(b, netpoll.Config{Wait: w}) })
+	}
+	for _, spin := range []time.Duration{50 * time.Microsecond, -1} {
+		fs = append(fs, func() impl { return netpollImpl(b, netpoll.Config{Spin: spin}) })
 	}
 	return fs
 }
@@ -94,6 +102,10 @@ func echo(b *testing.B, im impl, conns, size int) {
 	}
 	b.SetBytes(int64(2 * size))
 	b.ReportAllocs()
+	lat := make([][]time.Duration, conns) // per conn, so no lock is timed
+	for i := range lat {
+		lat[i] = make([]time.Duration, 0, b.N/conns+1)
+	}
 	m := startMeter(im)
 	b.ResetTimer()
 	var wg sync.WaitGroup
@@ -108,16 +120,19 @@ func echo(b *testing.B, im impl, conns, size int) {
 			defer wg.Done()
 			out, in := make([]byte, size), make([]byte, size)
 			for range n {
+				t0 := time.Now()
 				if err := roundTrip(c, out, in); err != nil {
 					errc <- err
 					return
 				}
+				lat[i] = append(lat[i], time.Since(t0))
 			}
 		}()
 	}
 	wg.Wait()
 	b.StopTimer()
 	m.report(b)
+	reportLatency(b, slices.Concat(lat...))
 	close(errc)
 	for err := range errc {
 		b.Fatal(err)
@@ -185,6 +200,17 @@ func (m *meter) report(b *testing.B) {
 		b.ReportMetric(float64(s.EpollWaits-m.stats.EpollWaits)/n, "epoll_wait/op")
 		b.ReportMetric(float64(s.ReadParks+s.WriteParks-m.stats.ReadParks-m.stats.WriteParks)/n, "parks/op")
 	}
+}
+
+// reportLatency reports the p50 and p99 of the round trips.
+func reportLatency(b *testing.B, lat []time.Duration) {
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	q := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Nanoseconds()) }
+	b.ReportMetric(q(0.50), "p50-ns")
+	b.ReportMetric(q(0.99), "p99-ns")
 }
 
 func tvDur(tv syscall.Timeval) time.Duration {

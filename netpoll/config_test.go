@@ -16,7 +16,8 @@ func TestParseConfig(t *testing.T) {
 		{"", netpoll.Config{}},
 		{"mode=oneshot,pollers=2", netpoll.Config{Mode: netpoll.OneShot, Pollers: 2}},
 		{"mode=lt, spin=50us ,wait=block", netpoll.Config{Mode: netpoll.LevelTriggered, Spin: 50 * time.Microsecond, Wait: netpoll.WaitBlock}},
-		{"mode=edge,sharing=exclusive,spin=forever", netpoll.Config{Sharing: netpoll.Exclusive, Spin: -1}},
+		{"mode=edge,sharing=exclusive,spin=forever,wait=block", netpoll.Config{Sharing: netpoll.Exclusive, Spin: -1, Wait: netpoll.WaitBlock}},
+		{"busypoll=50us", netpoll.Config{BusyPoll: 50 * time.Microsecond}},
 		{"mode=level,sharing=reuseport,wait=yield", netpoll.Config{Mode: netpoll.LevelTriggered, Sharing: netpoll.ReusePort, Wait: netpoll.WaitYield}},
 	} {
 		got, err := netpoll.ParseConfig(tt.in)
@@ -52,6 +53,8 @@ func TestParseConfigErrors(t *testing.T) {
 		{"colour=blue", "key", "colour"},
 		{"mode", "setting", "mode"},
 		{"mode=et,mode=lt", "mode", "lt"},
+		{"sharing=exclusive", "sharing", "exclusive"},
+		{"busypoll=-1us", "busypoll", "-1us"},
 	} {
 		_, err := netpoll.ParseConfig(tt.in)
 		var ce *netpoll.ConfigError
@@ -84,7 +87,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 }
 
 func FuzzParseConfig(f *testing.F) {
-	for _, s := range []string{"", "mode=et", "mode=oneshot,pollers=2", "spin=forever,wait=block", "sharing=exclusive,spin=1ms", "pollers=x", "a=b=c", ",,,"} {
+	for _, s := range []string{"", "mode=et", "mode=oneshot,pollers=2", "spin=forever,wait=block", "sharing=exclusive,spin=1ms,wait=yield", "pollers=x", "a=b=c", ",,,"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

@@ -1,0 +1,88 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"syscall"
+	"testing"
+
+	"github.com/edgepoll/edgepoll/netpoll"
+)
+
+// BenchmarkAcceptStream measures the thundering herd on a listener shared
+// by several pollers: one op is one connection dialed (package net) and
+// accepted through the group. It reports context switches per accept
+// (getrusage, the whole process), epoll_wait calls and wakeups per accept,
+// and the spread of accepts over pollers (min and max/min).
+func BenchmarkAcceptStream(b *testing.B) {
+	for _, wait := range []netpoll.Wait{netpoll.WaitBlock, netpoll.WaitNested} {
+		for _, pollers := range []int{2, 8, 32} {
+			for _, sh := range []netpoll.Sharing{netpoll.Single, netpoll.Exclusive, netpoll.WakeAll, netpoll.ReusePort} {
+				if sh == netpoll.Exclusive && wait == netpoll.WaitNested {
+					continue // New refuses it: see netpoll's doc, "Pollers and sharing"
+				}
+				cfg := netpoll.Config{Pollers: pollers, Sharing: sh, Wait: wait}
+				b.Run(fmt.Sprintf("wait=%s/pollers=%d/sharing=%s", wait, pollers, sh), func(b *testing.B) {
+					acceptStream(b, cfg)
+				})
+			}
+		}
+	}
+}
+
+func acceptStream(b *testing.B, cfg netpoll.Config) {
+	g, err := netpoll.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Close()
+	l, err := g.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan error, 1)
+	go func() {
+		for range b.N {
+			c, err := l.Accept()
+			if err != nil {
+				accepted <- err
+				return
+			}
+			c.Close()
+		}
+		accepted <- nil
+	}()
+	var ru0, ru1 syscall.Rusage
+	s0 := g.Stats()
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	b.ResetTimer()
+	for range b.N {
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.Close()
+	}
+	if err := <-accepted; err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	s1 := g.Stats()
+	n := float64(b.N)
+	b.ReportMetric(float64(ru1.Nvcsw+ru1.Nivcsw-ru0.Nvcsw-ru0.Nivcsw)/n, "ctxsw/op")
+	b.ReportMetric(float64(s1.Total.EpollWaits-s0.Total.EpollWaits)/n, "epoll_wait/op")
+	b.ReportMetric(float64(s1.Total.Wakeups-s0.Total.Wakeups)/n, "wakeups/op")
+	var acc []uint64
+	for i := range s1.Pollers {
+		acc = append(acc, s1.Pollers[i].Accepts-s0.Pollers[i].Accepts)
+	}
+	lo, hi := slices.Min(acc), slices.Max(acc)
+	b.ReportMetric(float64(lo), "min-accepts")
+	if lo > 0 {
+		b.ReportMetric(float64(hi)/float64(lo), "max/min-accepts")
+	}
+}
