@@ -1,0 +1,112 @@
+// Command echoserver is a goroutine-per-connection echo server on package
+// net or on a netpoll group, for load tests from another process
+// (cmd/loadgen). It prints the address it listens on and, with -lifetime,
+// exits by itself.
+//
+//	echoserver -impl netpoll -mode oneshot -addr 127.0.0.1:7000 -lifetime 30s
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"sync"
+
+	"github.com/edgepoll/edgepoll/internal/servecmd"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if err == flag.ErrHelp {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "echoserver:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	return serve(ctx, args, stdout, stderr)
+}
+
+// serve runs the server until its lifetime passes or ctx ends, then closes
+// every connection and returns.
+func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("echoserver", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f servecmd.Flags
+	f.Register(fs, "127.0.0.1:0")
+	bufSize := fs.Int("buf", 64<<10, "read buffer per connection")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *bufSize < 1 {
+		return fmt.Errorf("bad -buf %d: want at least 1", *bufSize)
+	}
+	s, err := f.Listen()
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	s.Announce(stdout, "echoserver")
+
+	var conns sync.WaitGroup
+	var mu sync.Mutex
+	open := map[net.Conn]struct{}{}
+	served := make(chan error, 1)
+	go func() {
+		for {
+			c, err := s.Listener.Accept()
+			if err != nil {
+				served <- err
+				return
+			}
+			mu.Lock()
+			open[c] = struct{}{}
+			mu.Unlock()
+			conns.Add(1)
+			go func() {
+				defer conns.Done()
+				echo(c, *bufSize)
+				mu.Lock()
+				delete(open, c)
+				mu.Unlock()
+			}()
+		}
+	}()
+	err = s.Wait(ctx, served)
+	s.Listener.Close()
+	mu.Lock()
+	for c := range open {
+		c.Close()
+	}
+	mu.Unlock()
+	conns.Wait()
+	return err
+}
+
+// echo writes back what it reads until the peer closes or an error.
+func echo(c net.Conn, bufSize int) {
+	defer c.Close()
+	buf := make([]byte, bufSize)
+	for {
+		n, err := c.Read(buf)
+		if n > 0 {
+			if _, werr := c.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,151 @@
+// Package servecmd is what the goroutine-per-connection servers in cmd/
+// share: the flags that choose package net or a netpoll group (with the
+// netpoll Config as flags), the listener, a CPU profile and a lifetime
+// after which the server exits by itself.
+package servecmd
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime/pprof"
+	"time"
+
+	"github.com/edgepoll/edgepoll/netpoll"
+)
+
+// Flags are the common server flags.
+type Flags struct {
+	Impl       string
+	Mode       string
+	Pollers    int
+	Sharing    string
+	Spin       string
+	Wait       string
+	Network    string
+	Addr       string
+	Lifetime   time.Duration
+	CPUProfile string
+}
+
+// Register adds the common flags to fs.
+func (f *Flags) Register(fs *flag.FlagSet, defaultAddr string) {
+	fs.StringVar(&f.Impl, "impl", "netpoll", "listener implementation: net or netpoll")
+	fs.StringVar(&f.Mode, "mode", "et", "netpoll registration mode: et, oneshot or lt")
+	fs.IntVar(&f.Pollers, "pollers", 0, "netpoll pollers (0: the library default)")
+	fs.StringVar(&f.Sharing, "sharing", "single", "netpoll listener sharing: single, exclusive, wakeall or reuseport")
+	fs.StringVar(&f.Spin, "spin", "0", `netpoll spin budget: a duration, 0, or "forever"`)
+	fs.StringVar(&f.Wait, "wait", "nested", "netpoll wait strategy: nested, block or yield")
+	fs.StringVar(&f.Network, "net", "tcp", "network: tcp, tcp4, tcp6 or unix")
+	fs.StringVar(&f.Addr, "addr", defaultAddr, "address to listen on")
+	fs.DurationVar(&f.Lifetime, "lifetime", 0, "exit after this long (0: run until interrupted)")
+	fs.StringVar(&f.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+}
+
+// Config returns the netpoll Config the flags describe, through
+// netpoll.ParseConfig so that a bad value is named the same way NETPOLL's
+// would be.
+func (f *Flags) Config() (netpoll.Config, error) {
+	s := fmt.Sprintf("mode=%s,sharing=%s,spin=%s,wait=%s", f.Mode, f.Sharing, f.Spin, f.Wait)
+	if f.Pollers != 0 {
+		s += fmt.Sprintf(",pollers=%d", f.Pollers)
+	}
+	return netpoll.ParseConfig(s)
+}
+
+// Label is the configuration as key=value benchmark labels.
+func (f *Flags) Label() string {
+	if f.Impl == "net" {
+		return "impl=net"
+	}
+	return fmt.Sprintf("impl=netpoll/mode=%s/pollers=%d/sharing=%s/spin=%s/wait=%s", f.Mode, max(f.Pollers, netpoll.DefaultPollers), f.Sharing, f.Spin, f.Wait)
+}
+
+// Server is a listener chosen by the flags, and what must be closed with it.
+type Server struct {
+	Listener net.Listener
+	Group    *netpoll.Group // nil for -impl net
+	flags    *Flags
+	profile  *os.File
+}
+
+// Listen builds the listener the flags ask for and starts the CPU profile.
+func (f *Flags) Listen() (*Server, error) {
+	s := &Server{flags: f}
+	var err error
+	switch f.Impl {
+	case "net":
+		s.Listener, err = net.Listen(f.Network, f.Addr)
+	case "netpoll":
+		var cfg netpoll.Config
+		if cfg, err = f.Config(); err != nil {
+			return nil, err
+		}
+		if s.Group, err = netpoll.New(cfg); err != nil {
+			return nil, err
+		}
+		s.Listener, err = s.Group.Listen(context.Background(), f.Network, f.Addr)
+	default:
+		return nil, fmt.Errorf("bad -impl %q: want net or netpoll", f.Impl)
+	}
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	if f.CPUProfile != "" {
+		if s.profile, err = os.Create(f.CPUProfile); err == nil {
+			err = pprof.StartCPUProfile(s.profile)
+		}
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("cpu profile: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// Announce prints the address the server listens on, as the first line of
+// stdout, for scripts and tests to read.
+func (s *Server) Announce(w io.Writer, what string) {
+	fmt.Fprintf(w, "%s listening on %s (%s)\n", what, s.Listener.Addr(), s.flags.Label())
+}
+
+// Wait blocks until the lifetime passes, ctx ends or serve returns, and
+// reports serve's error unless it came from the listener closing.
+func (s *Server) Wait(ctx context.Context, served <-chan error) error {
+	var expire <-chan time.Time
+	if s.flags.Lifetime > 0 {
+		t := time.NewTimer(s.flags.Lifetime)
+		defer t.Stop()
+		expire = t.C
+	}
+	select {
+	case <-expire:
+		return nil
+	case <-ctx.Done():
+		return nil
+	case err := <-served:
+		if errors.Is(err, net.ErrClosed) {
+			return nil
+		}
+		return err
+	}
+}
+
+// Close stops the profile and closes the listener and group.
+func (s *Server) Close() {
+	if s.profile != nil {
+		pprof.StopCPUProfile()
+		s.profile.Close()
+	}
+	if s.Listener != nil {
+		s.Listener.Close()
+	}
+	if s.Group != nil {
+		s.Group.Close()
+	}
+}
