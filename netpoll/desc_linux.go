@@ -48,7 +48,8 @@ type dir struct {
 	tokens atomic.Uint64 // ready tokens consumed without parking
 }
 
-// notify records an edge. It is called by the poller only.
+// notify records an edge: from the poller's events, or handed over by a
+// balancing acceptor. Any goroutine may call it.
 func (dr *dir) notify() (woke bool) {
 	if dr.state.Load() == stReady {
 		return false
@@ -177,11 +178,14 @@ func (d *desc) decref() {
 func (d *desc) closing() bool { return d.ref.Load()&refClosing != 0 }
 
 // close begins Close, wakes every parked operation, and returns once the fd
-// is closed. A second close returns net.ErrClosed.
+// is closed. A later close waits for the first to finish, then returns
+// net.ErrClosed: Group.Close relies on that to know no descriptor still
+// uses a poller it is about to stop.
 func (d *desc) close() error {
 	for {
 		v := d.ref.Load()
 		if v&refClosing != 0 {
+			<-d.done
 			return net.ErrClosed
 		}
 		if d.ref.CompareAndSwap(v, v|refClosing) {

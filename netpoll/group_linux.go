@@ -98,7 +98,7 @@ func (g *Group) Close() error {
 		l.Close()
 	}
 	for _, p := range g.pollers {
-		for _, d := range p.table.all() {
+		for _, d := range p.table.closeAll() {
 			d.close()
 		}
 	}

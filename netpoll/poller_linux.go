@@ -380,7 +380,9 @@ func (p *poller) register(d *desc, extra uint32) error {
 	}
 	ev := registration(d)
 	d.armed.Store(ev &^ (unix.EPOLLET | unix.EPOLLONESHOT))
-	p.table.set(d) // before epoll_ctl, so the first event finds d
+	if err := p.table.set(d); err != nil { // before epoll_ctl, so the first event finds d
+		return err
+	}
 	if err := p.add(d, ev|extra); err != nil {
 		p.table.clear(d, false)
 		return err

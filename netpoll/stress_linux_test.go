@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -187,5 +188,61 @@ func awaitGoroutines(t testing.TB, want int) {
 	if n := runtime.NumGoroutine(); n > want {
 		buf := make([]byte, 1<<20)
 		t.Errorf("%d goroutines after Close, want %d:\n%s", n, want, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// TestCloseRacesDial closes a group while goroutines keep dialing and
+// accepting on it. Every conn a Dial returned is closed by Group.Close (or
+// was never registered), and no fd or goroutine is left.
+func TestCloseRacesDial(t *testing.T) {
+	for round := range 20 {
+		goroutines, fds := runtime.NumGoroutine(), countFDs(t)
+		g, err := netpoll.New(netpoll.Config{Pollers: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := g.Listen(context.Background(), "tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		started := make(chan struct{}, 4)
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				started <- struct{}{}
+				for {
+					c, err := g.Dial(context.Background(), "tcp", l.Addr().String())
+					if err != nil {
+						if !errorsIs(err, net.ErrClosed) && !errorsIs(err, syscall.ECONNREFUSED) && !errorsIs(err, syscall.ECONNRESET) {
+							t.Errorf("round %d: Dial: %v", round, err)
+						}
+						return
+					}
+					defer c.Close()
+				}
+			}()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+			}
+		}()
+		for range 4 {
+			<-started
+		}
+		g.Close()
+		wg.Wait()
+		if n := countFDs(t); n != fds {
+			t.Fatalf("round %d: %d fds after Close, want %d", round, n, fds)
+		}
+		awaitGoroutines(t, goroutines)
 	}
 }

@@ -16,6 +16,7 @@ type fdTable struct {
 	gen   uint32                                 // last generation given out; guarded by mu
 
 	retired descCounters // counters of removed descriptors; guarded by mu
+	closed  bool         // no more set: the group is closing; guarded by mu
 }
 
 func (t *fdTable) get(fd int) *desc {
@@ -28,9 +29,13 @@ func (t *fdTable) get(fd int) *desc {
 
 // set gives d a generation and publishes it under d.fd. The generation is
 // written before the pointer is stored, so a reader that loads d sees it.
-func (t *fdTable) set(d *desc) {
+// It fails once the table is closed.
+func (t *fdTable) set(d *desc) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.closed {
+		return errGroupClosed
+	}
 	t.gen++
 	d.gen = t.gen
 	s := t.slots.Load()
@@ -52,6 +57,7 @@ func (t *fdTable) set(d *desc) {
 		t.slots.Store(s)
 	}
 	(*s)[d.fd].Store(d)
+	return nil
 }
 
 // clear removes d if it is still the descriptor under its fd. With retire
@@ -69,10 +75,12 @@ func (t *fdTable) clear(d *desc, retire bool) {
 	}
 }
 
-// all returns the descriptors registered now.
-func (t *fdTable) all() []*desc {
+// closeAll refuses further registrations and returns the descriptors
+// registered now, in one step, so none registered concurrently is missed.
+func (t *fdTable) closeAll() []*desc {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.closed = true
 	return t.allLocked()
 }
 
