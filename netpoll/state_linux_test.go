@@ -2,6 +2,7 @@ package netpoll_test
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"runtime"
@@ -290,4 +291,72 @@ func awaitParks(g *netpoll.Group, want uint64, stop <-chan struct{}) bool {
 		}
 	}
 	return true
+}
+
+// TestLevelTriggeredIdleReader: in LevelTriggered mode a conn with unread
+// data and no reader reports readable on every epoll_wait. The poller must
+// not spin on it: a thread poller (WaitBlock) disarms the reader and
+// sleeps; a nested poller sleeps at once, because the runtime's
+// edge-triggered registration of our epoll fd does not fire again for a
+// level event still pending. Either way the data is still read, and a
+// later park re-arms (one EPOLL_CTL_MOD per disarm) and is woken.
+func TestLevelTriggeredIdleReader(t *testing.T) {
+	for _, wait := range []netpoll.Wait{netpoll.WaitBlock, netpoll.WaitNested} {
+		t.Run("wait="+wait.String(), func(t *testing.T) {
+			g := newGroup(t, netpoll.Config{Mode: netpoll.LevelTriggered, Wait: wait})
+			client, server := stdPipe(t, listen(t, g, "tcp"))
+			done, expired := watchdog(t, time.Minute)
+			defer done()
+			if _, err := client.Write([]byte("unread")); err != nil {
+				t.Fatal(err)
+			}
+			// Nobody reads: the poller ends up asleep.
+			wantDisarms := uint64(0)
+			if wait == netpoll.WaitBlock {
+				wantDisarms = 1
+			}
+			for {
+				s := g.Stats().Total
+				if s.LevelDisarms >= wantDisarms && s.BlockingWaits == s.Wakeups+1 && s.Events > 0 {
+					break
+				}
+				select {
+				case <-expired:
+					t.Fatalf("poller never went to sleep on the idle reader: %+v", s)
+				default:
+					runtime.Gosched()
+				}
+			}
+			buf := make([]byte, 16)
+			if n, err := server.Read(buf); err != nil || string(buf[:n]) != "unread" {
+				t.Fatalf("Read = %q, %v", buf[:n], err)
+			}
+			before := g.Stats().Total
+			errc := make(chan error, 1)
+			go func() {
+				n, err := server.Read(buf)
+				if err == nil && string(buf[:n]) != "later" {
+					err = fmt.Errorf("read %q", buf[:n])
+				}
+				errc <- err
+			}()
+			if !awaitParks(g, before.ReadParks+1, expired) {
+				t.Fatal("reader never parked")
+			}
+			if _, err := client.Write([]byte("later")); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-errc:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-expired:
+				t.Fatal("reader never woke")
+			}
+			if mods := g.Stats().Total.CtlMod - before.CtlMod; mods != before.LevelDisarms {
+				t.Errorf("EPOLL_CTL_MOD calls to re-arm = %d after %d disarms, want one each", mods, before.LevelDisarms)
+			}
+		})
+	}
 }
