@@ -1,0 +1,62 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/pprof"
+
+	"github.com/edgepoll/edgepoll/netpoll"
+)
+
+// statsReport is what GET /stats returns: which implementation serves, the
+// netpoll group's counters (Pollers and Total, with PollerStats' field
+// names) and the process's resource usage.
+type statsReport struct {
+	Impl           string       `json:"impl"`             // net or netpoll
+	Config         string       `json:"config,omitempty"` // the group's Config in the NETPOLL syntax
+	*netpoll.Stats              // nil for -impl net
+	Process        processUsage `json:"process"`
+}
+
+// processUsage is getrusage(RUSAGE_SELF): every thread of the process,
+// exited ones included.
+type processUsage struct {
+	CtxSwitches            int64 `json:"ctxsw"`             // VoluntaryCtxSwitches + InvoluntaryCtxSwitches
+	VoluntaryCtxSwitches   int64 `json:"ctxsw_voluntary"`   // ru_nvcsw
+	InvoluntaryCtxSwitches int64 `json:"ctxsw_involuntary"` // ru_nivcsw
+	CPUNanos               int64 `json:"cpu_ns"`            // UserNanos + SystemNanos
+	UserNanos              int64 `json:"user_ns"`           // ru_utime
+	SystemNanos            int64 `json:"system_ns"`         // ru_stime
+}
+
+// newDebugHandler serves the pprof handlers and GET /stats for g (nil for
+// -impl net). It uses a mux of its own: importing net/http/pprof also
+// registers the handlers on http.DefaultServeMux, which nothing here serves.
+func newDebugHandler(g *netpoll.Group) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
+		report := statsReport{Impl: "net"}
+		if g != nil {
+			stats := g.Stats()
+			report.Impl, report.Config, report.Stats = "netpoll", g.Config().String(), &stats
+		}
+		var err error
+		if report.Process, err = selfUsage(); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		b, err := json.Marshal(report)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(b)
+	})
+	return mux
+}

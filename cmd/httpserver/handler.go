@@ -1,0 +1,43 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+)
+
+// The TechEmpower plaintext and JSON tests: each response carries Server
+// and Date (net/http sets Date); the JSON is encoded for every request.
+const (
+	serverName = "httpserver"
+	helloWorld = "Hello, World!"
+)
+
+type message struct {
+	Message string `json:"message"`
+}
+
+func newHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /plaintext", plaintext)
+	mux.HandleFunc("GET /json", jsonHello)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Server", serverName)
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func plaintext(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain")
+	io.WriteString(w, helloWorld)
+}
+
+func jsonHello(w http.ResponseWriter, _ *http.Request) {
+	b, err := json.Marshal(message{Message: helloWorld})
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(b)
+}
