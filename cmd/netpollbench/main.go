@@ -1,0 +1,249 @@
+// Command netpollbench runs the comparison: each configuration (package net,
+// netpoll's modes and spinning poller, the peer libraries gnet, nbio and
+// cloudwego/netpoll, and a C epoll reference) as a separate echo server
+// process under cmd/loadgen, interleaved round by round so that drift hits
+// all alike, plus the thundering-herd experiment. It writes the raw
+// benchmark lines, benchstat tables and SVG plots into an output directory
+// and prints the tables.
+//
+//	go run ./cmd/netpollbench              # about two minutes
+//	go run ./cmd/netpollbench -full        # the whole matrix
+//	go run ./cmd/netpollbench -compare out/OLD
+//
+// With taskset and two or more CPUs, servers run on CPU 0 and the load
+// generator on CPU 1 (a server pinned alone runs with GOMAXPROCS=1).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if err == flag.ErrHelp {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "netpollbench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	out      string
+	configs  []string
+	cells    []cell
+	rounds   int
+	duration time.Duration
+	warmup   time.Duration
+	herd     bool
+	full     bool
+	compare  string
+	pin      string
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	o, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	return bench(ctx, o, stdout, stderr)
+}
+
+func parseFlags(args []string, stderr io.Writer) (*options, error) {
+	fs := flag.NewFlagSet("netpollbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o := &options{}
+	fs.StringVar(&o.out, "out", "", "output directory (default out/<time>)")
+	configs := fs.String("configs", "", "comma-separated configurations (default: "+strings.Join(defaultConfigs, ",")+"; -full: all)")
+	conns := fs.String("conns", "", "comma-separated connection counts (default 1,50; -full: 1,50,1000)")
+	sizes := fs.String("sizes", "", "comma-separated message sizes, at least 16 (default 64; -full: 64,4096)")
+	fs.IntVar(&o.rounds, "rounds", 0, "rounds, each measuring every configuration and cell once (default 4; -full: 6)")
+	fs.DurationVar(&o.duration, "duration", 0, "measured time per measurement (default 1s; -full: 3s)")
+	fs.DurationVar(&o.warmup, "warmup", 0, "warm-up per measurement, not measured (default 300ms; -full: 1s)")
+	fs.BoolVar(&o.herd, "herd", true, "also run the thundering-herd experiment")
+	fs.BoolVar(&o.full, "full", false, "run the whole matrix")
+	fs.StringVar(&o.compare, "compare", "", "an earlier output directory to compare with")
+	fs.StringVar(&o.pin, "pin", "auto", "pin server to CPU 0 and load generator to CPU 1: auto, on or off")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	pick := func(flagVal string, def, full string) string {
+		switch {
+		case flagVal != "":
+			return flagVal
+		case o.full:
+			return full
+		}
+		return def
+	}
+	o.configs = strings.Split(pick(*configs, strings.Join(defaultConfigs, ","), strings.Join(fullConfigs, ",")), ",")
+	cs, err := ints("conns", pick(*conns, "1,50", "1,50,1000"), 1)
+	if err != nil {
+		return nil, err
+	}
+	ss, err := ints("sizes", pick(*sizes, "64", "64,4096"), 16)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cs {
+		for _, s := range ss {
+			o.cells = append(o.cells, cell{c, s})
+		}
+	}
+	setDefault(&o.rounds, 4, 6, o.full)
+	setDefault(&o.duration, time.Second, 3*time.Second, o.full)
+	setDefault(&o.warmup, 300*time.Millisecond, time.Second, o.full)
+	if o.rounds < 1 || o.duration <= 0 || o.warmup < 0 {
+		return nil, fmt.Errorf("bad -rounds %d, -duration %v or -warmup %v", o.rounds, o.duration, o.warmup)
+	}
+	if o.pin != "auto" && o.pin != "on" && o.pin != "off" {
+		return nil, fmt.Errorf("bad -pin %q: want auto, on or off", o.pin)
+	}
+	if o.out == "" {
+		o.out = filepath.Join("out", time.Now().Format("20060102-150405"))
+	}
+	return o, nil
+}
+
+func setDefault[T comparable](v *T, def, full T, isFull bool) {
+	var zero T
+	if *v != zero {
+		return
+	}
+	*v = def
+	if isFull {
+		*v = full
+	}
+}
+
+func ints(name, s string, least int) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < least {
+			return nil, fmt.Errorf("bad -%s %q: want comma-separated numbers, each at least %d", name, s, least)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func bench(ctx context.Context, o *options, stdout, stderr io.Writer) error {
+	srvs, err := pickServers(o.configs)
+	if err != nil {
+		return err
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	r := &runner{opts: o, stderr: stderr}
+	r.pin = o.pin == "on" || (o.pin == "auto" && runtime.NumCPU() >= 2 && hasTaskset())
+	if o.pin == "on" && !hasTaskset() {
+		return errors.New("-pin on needs taskset (util-linux)")
+	}
+	r.perf = perfWorks()
+	fmt.Fprintf(stderr, "netpollbench: output in %s; %s; %s\n", o.out, pinNote(r.pin), perfNote(r.perf))
+
+	var skipped []string
+	r.bins, srvs, skipped, err = build(ctx, root, filepath.Join(o.out, "bin"), srvs, o.herd, stderr)
+	if err != nil {
+		return err
+	}
+	raw, err := os.Create(filepath.Join(o.out, "raw.txt"))
+	if err != nil {
+		return err
+	}
+	defer raw.Close()
+	fmt.Fprintf(raw, "goos: %s\ngoarch: %s\npkg: github.com/edgepoll/edgepoll/cmd/netpollbench\nnote: %s\n",
+		runtime.GOOS, runtime.GOARCH, pinNote(r.pin))
+
+	total := o.rounds * len(srvs) * len(o.cells)
+	done, start := 0, time.Now()
+	var failures []string
+	for round := 1; round <= o.rounds; round++ {
+		for _, c := range o.cells {
+			for _, s := range srvs {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				line, err := r.measure(ctx, s, c)
+				done++
+				if err != nil {
+					failures = append(failures, err.Error())
+					fmt.Fprintf(stderr, "[%d/%d] round %d %s %s: FAILED: %v\n", done, total, round, s.name, c, err)
+					continue
+				}
+				fmt.Fprintln(raw, line)
+				fmt.Fprintf(stderr, "[%d/%d %s] round %d %-9s %-18s %s\n", done, total, time.Since(start).Round(time.Second), round, s.name, c, summary(line))
+			}
+		}
+	}
+	raw.Close()
+
+	var herdRows []herdRow
+	if o.herd {
+		if herdRows, err = runHerd(ctx, r, o, stderr); err != nil {
+			failures = append(failures, "herd: "+err.Error())
+		}
+	}
+	if err := report(ctx, root, o, srvs, skipped, herdRows, stdout, stderr); err != nil {
+		return err
+	}
+	if len(failures) > 0 {
+		return fmt.Errorf("%d measurement(s) failed:\n%s", len(failures), strings.Join(failures, "\n"))
+	}
+	return nil
+}
+
+// summary is the progress line's digest of a benchmark line.
+func summary(line string) string {
+	m := metrics(line)
+	s := fmt.Sprintf("%8.0f req/s  p50 %6.1fµs  p99 %7.1fµs", 1e9/m["ns/op"], m["p50-ns"]/1e3, m["p99-ns"]/1e3)
+	if v, ok := m["server-cpu-ns/op"]; ok {
+		s += fmt.Sprintf("  server %5.1fµs/req", v/1e3)
+	}
+	if v, ok := m["syscalls/op"]; ok {
+		s += fmt.Sprintf("  %4.1f syscalls/req", v)
+	}
+	return s
+}
+
+func hasTaskset() bool {
+	_, err := exec.LookPath("taskset")
+	return err == nil
+}
+
+func pinNote(pin bool) string {
+	if pin {
+		return "server pinned to CPU 0 (taskset -c 0, GOMAXPROCS=1), load generator to CPU 1"
+	}
+	return "not pinned (no taskset or fewer than 2 CPUs, or -pin off)"
+}
+
+func perfNote(perf bool) string {
+	if perf {
+		return "server syscalls counted with perf stat (raw_syscalls:sys_enter)"
+	}
+	return "no syscall counts (perf stat with tracepoints is not available)"
+}

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os/exec"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// runner starts servers and load generators as separate processes.
+type runner struct {
+	opts   *options
+	bins   map[string]string // binary name -> path
+	stderr io.Writer
+	pin    bool // server on CPU 0, load generator on CPU 1, with taskset
+	perf   bool // count the server's syscalls with perf stat
+}
+
+// command returns cmd, pinned to cpu when pinning.
+func (r *runner) command(ctx context.Context, cpu int, name string, args ...string) *exec.Cmd {
+	if r.pin {
+		return exec.CommandContext(ctx, "taskset", append([]string{"-c", strconv.Itoa(cpu), name}, args...)...)
+	}
+	return exec.CommandContext(ctx, name, args...)
+}
+
+var announce = regexp.MustCompile(`^echoserver listening on (\S+) \(`)
+
+// measure runs one load generator against a fresh server process and
+// returns its benchmark line, with syscalls/op appended when perf works.
+func (r *runner) measure(ctx context.Context, s server, c cell) (string, error) {
+	o := r.opts
+	life := o.warmup + o.duration + 30*time.Second
+	srv := r.command(ctx, 0, r.bins[s.bin], append(s.args, "-addr", "127.0.0.1:0", "-lifetime", life.String())...)
+	out, err := srv.StdoutPipe()
+	if err != nil {
+		return "", err
+	}
+	var srvErr bytes.Buffer
+	srv.Stderr = &srvErr
+	if err := srv.Start(); err != nil {
+		return "", fmt.Errorf("%s: %w", s.name, err)
+	}
+	defer stopServer(srv)
+	addr, err := readAnnounce(out, 30*time.Second)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w (stderr: %s)", s.name, err, strings.TrimSpace(srvErr.String()))
+	}
+	go io.Copy(io.Discard, out)
+
+	lg := r.command(ctx, 1, r.bins["loadgen"], "-addr", addr,
+		"-conns", strconv.Itoa(c.conns), "-size", strconv.Itoa(c.size),
+		"-duration", o.duration.String(), "-warmup", o.warmup.String(),
+		"-server-pid", strconv.Itoa(srv.Process.Pid), "-format", "bench", "-labels", s.label)
+	var lgOut, lgErr bytes.Buffer
+	lg.Stdout, lg.Stderr = &lgOut, &lgErr
+	if err := lg.Start(); err != nil {
+		return "", err
+	}
+	syscalls := make(chan float64, 1)
+	if r.perf {
+		go func() { syscalls <- countSyscalls(ctx, srv.Process.Pid, o.warmup, o.duration) }()
+	} else {
+		syscalls <- -1
+	}
+	lgWait := lg.Wait()
+	n := <-syscalls
+	line := benchLine(lgOut.String())
+	if lgWait != nil || line == "" {
+		return "", fmt.Errorf("%s %s: load generator failed: %v\n%s%s", s.name, c, lgWait, lgOut.String(), lastLines(lgErr.String(), 5))
+	}
+	if n >= 0 {
+		if reqs := benchN(line); reqs > 0 {
+			line += fmt.Sprintf("\t%.3f syscalls/op", n/float64(reqs))
+		}
+	}
+	return line, nil
+}
+
+func readAnnounce(r io.Reader, timeout time.Duration) (string, error) {
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(r)
+		if sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	select {
+	case l, ok := <-lines:
+		if m := announce.FindStringSubmatch(l); ok && m != nil {
+			return m[1], nil
+		}
+		return "", fmt.Errorf("server's first line %q is not an announcement", l)
+	case <-time.After(timeout):
+		return "", fmt.Errorf("server did not announce its address within %v", timeout)
+	}
+}
+
+// stopServer ends a server: SIGTERM, then SIGKILL if it lingers.
+func stopServer(cmd *exec.Cmd) {
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		cmd.Process.Kill()
+		<-done
+	}
+}
+
+func benchLine(out string) string {
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "Benchmark") {
+			return l
+		}
+	}
+	return ""
+}
+
+// benchN returns the iteration count of a benchmark line.
+func benchN(line string) int64 {
+	f := strings.Fields(line)
+	if len(f) < 2 {
+		return 0
+	}
+	n, _ := strconv.ParseInt(f[1], 10, 64)
+	return n
+}
+
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(l[max(0, len(l)-n):], "\n")
+}
+
+// perfWorks reports whether perf can count syscall tracepoints here.
+func perfWorks() bool {
+	if runtime.GOOS != "linux" {
+		return false
+	}
+	out, err := exec.Command("perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter", "true").CombinedOutput()
+	return err == nil && bytes.Contains(out, []byte("raw_syscalls:sys_enter"))
+}
+
+// countSyscalls counts pid's syscalls (all threads) over the window that
+// starts after warmup and lasts d, with perf stat; -1 if it cannot.
+func countSyscalls(ctx context.Context, pid int, warmup, d time.Duration) float64 {
+	select {
+	case <-time.After(warmup):
+	case <-ctx.Done():
+		return -1
+	}
+	secs := strconv.FormatFloat(d.Seconds(), 'f', 3, 64)
+	out, err := exec.CommandContext(ctx, "perf", "stat", "-x,", "-e", "raw_syscalls:sys_enter",
+		"-p", strconv.Itoa(pid), "--", "sleep", secs).CombinedOutput()
+	if err != nil {
+		return -1
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Split(l, ",")
+		if len(f) > 2 && strings.Contains(l, "raw_syscalls:sys_enter") {
+			if v, err := strconv.ParseFloat(f[0], 64); err == nil {
+				return v
+			}
+		}
+	}
+	return -1
+}
