@@ -39,8 +39,10 @@ func netpollImpl(b *testing.B, cfg netpoll.Config) impl {
 	if cfg.Spin < 0 {
 		spin = "forever"
 	}
+	pollers := max(cfg.Pollers, netpoll.DefaultPollers)
 	return impl{
-		name:   fmt.Sprintf("impl=netpoll/mode=%s/wait=%s/spin=%s", cfg.Mode, cfg.Wait, spin),
+		name: fmt.Sprintf("impl=netpoll/mode=%s/pollers=%d/sharing=%s/spin=%s/wait=%s",
+			cfg.Mode, pollers, cfg.Sharing, spin, cfg.Wait),
 		listen: g.Listen, dial: g.Dial, stats: g.Stats,
 		close: func() { g.Close() },
 	}
@@ -59,6 +61,9 @@ func impls(b *testing.B) []func() impl {
 	for _, spin := range []time.Duration{50 * time.Microsecond, -1} {
 		fs = append(fs, func() impl { return netpollImpl(b, netpoll.Config{Spin: spin}) })
 	}
+	fs = append(fs, func() impl {
+		return netpollImpl(b, netpoll.Config{Pollers: 2, Sharing: netpoll.Exclusive, Wait: netpoll.WaitBlock})
+	})
 	return fs
 }
 
@@ -66,16 +71,26 @@ func impls(b *testing.B) []func() impl {
 // sending size bytes and reading them back, one request in flight each.
 // Client and server run in this process on the same implementation.
 func BenchmarkEcho(b *testing.B) {
+	roundTrips(b, []int{1, 50, 1000}, []int{64, 4096})
+}
+
+// BenchmarkRPC is the tiny-read case: a 1-byte request and a 1-byte
+// response, so every read parks and the poller's cost is the whole cost.
+func BenchmarkRPC(b *testing.B) {
+	roundTrips(b, []int{1, 50}, []int{1})
+}
+
+func roundTrips(b *testing.B, connCounts, sizes []int) {
 	for _, mk := range impls(b) {
-		for _, conns := range []int{1, 50} {
-			for _, size := range []int{64} {
-				im := mk()
+		im := mk()
+		for _, conns := range connCounts {
+			for _, size := range sizes {
 				b.Run(fmt.Sprintf("%s/conns=%d/size=%d", im.name, conns, size), func(b *testing.B) {
 					echo(b, im, conns, size)
 				})
-				im.close()
 			}
 		}
+		im.close()
 	}
 }
 
