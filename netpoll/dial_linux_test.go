@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"syscall"
 	"testing"
@@ -111,13 +110,8 @@ func TestDialContext(t *testing.T) {
 	go func() { _, err := g.Dial(ctx, "tcp", addr); errc <- err }()
 	done, expired := watchdog(t, time.Minute)
 	defer done()
-	for g.Stats().Total.WriteParks == parks { // the connect has parked
-		select {
-		case <-expired:
-			t.Fatal("connect never parked")
-		default:
-			runtime.Gosched()
-		}
+	if !await(expired, func() bool { return g.Stats().Total.WriteParks > parks }) {
+		t.Fatal("connect never parked")
 	}
 	cancel()
 	select {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -94,4 +95,19 @@ func stdPipe(t testing.TB, l net.Listener) (client, server net.Conn) {
 	}
 	t.Cleanup(func() { client.Close(); server.Close() })
 	return client, server
+}
+
+// await yields until cond holds or stop is closed, and reports whether cond
+// held. Tests use it to wait for a state another goroutine reaches, with a
+// watchdog's channel as stop, instead of sleeping.
+func await(stop <-chan struct{}, cond func() bool) bool {
+	for !cond() {
+		select {
+		case <-stop:
+			return false
+		default:
+			runtime.Gosched()
+		}
+	}
+	return true
 }

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -215,17 +214,9 @@ func TestSpinBudget(t *testing.T) {
 			// blocked exactly when it has blocked once more than it has woken.
 			done, expired := watchdog(t, time.Minute)
 			defer done()
-			for {
-				s := g.Stats().Total
-				if s.BlockingWaits == s.Wakeups+1 {
-					break
-				}
-				select {
-				case <-expired:
-					t.Fatalf("poller never blocked after traffic stopped: %+v", s)
-				default:
-					runtime.Gosched()
-				}
+			blocked := func() bool { s := g.Stats().Total; return s.BlockingWaits == s.Wakeups+1 }
+			if !await(expired, blocked) {
+				t.Fatalf("poller never blocked after traffic stopped: %+v", g.Stats().Total)
 			}
 		})
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"runtime"
 	"testing"
 	"time"
 
@@ -282,15 +281,7 @@ func checkClosed(t *testing.T, what string, err error) {
 
 // awaitParks yields until the group has counted want read parks in total.
 func awaitParks(g *netpoll.Group, want uint64, stop <-chan struct{}) bool {
-	for g.Stats().Total.ReadParks < want {
-		select {
-		case <-stop:
-			return false
-		default:
-			runtime.Gosched()
-		}
-	}
-	return true
+	return await(stop, func() bool { return g.Stats().Total.ReadParks >= want })
 }
 
 // TestLevelTriggeredIdleReader: in LevelTriggered mode a conn with unread
@@ -315,17 +306,12 @@ func TestLevelTriggeredIdleReader(t *testing.T) {
 			if wait == netpoll.WaitBlock {
 				wantDisarms = 1
 			}
-			for {
+			asleep := func() bool {
 				s := g.Stats().Total
-				if s.LevelDisarms >= wantDisarms && s.BlockingWaits == s.Wakeups+1 && s.Events > 0 {
-					break
-				}
-				select {
-				case <-expired:
-					t.Fatalf("poller never went to sleep on the idle reader: %+v", s)
-				default:
-					runtime.Gosched()
-				}
+				return s.LevelDisarms >= wantDisarms && s.BlockingWaits == s.Wakeups+1 && s.Events > 0
+			}
+			if !await(expired, asleep) {
+				t.Fatalf("poller never went to sleep on the idle reader: %+v", g.Stats().Total)
 			}
 			buf := make([]byte, 16)
 			if n, err := server.Read(buf); err != nil || string(buf[:n]) != "unread" {
