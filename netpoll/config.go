@@ -234,8 +234,8 @@ func (c *Config) set(k, v string) error {
 		c.Pollers = n
 	case "busypoll":
 		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			return &ConfigError{k, v, "want a duration such as 50us, or 0"}
+		if err != nil || d < 0 || d > time.Duration(maxBusyPollUsecs)*time.Microsecond {
+			return &ConfigError{k, v, "want a duration such as 50us, or 0, up to 2^31-1 microseconds"}
 		}
 		c.BusyPoll = d
 	case "spin":

@@ -64,11 +64,11 @@ func (g *Group) dialOne(ctx context.Context, network string, ep endpoint) (*Conn
 		return nil, err
 	}
 	if inProgress {
+		// connect bound the local address already, in progress or not.
 		if err := c.awaitConnect(ctx); err != nil {
 			c.d.close()
 			return nil, err
 		}
-		c.laddr = localAddr(fd)
 	}
 	return c, nil
 }

@@ -157,3 +157,27 @@ func fullBacklog(t *testing.T, g *netpoll.Group) string {
 		}
 	}
 }
+
+// TestAddresses: each end's LocalAddr is the other's RemoteAddr, with the
+// types package net uses.
+func TestAddresses(t *testing.T) {
+	for _, network := range []string{"tcp", "unix"} {
+		t.Run(network, func(t *testing.T) {
+			g := newGroup(t, netpoll.Config{})
+			l := listen(t, g, network)
+			c, s := pipe(t, g, l)
+			if network == "tcp" {
+				if p := c.LocalAddr().(*net.TCPAddr).Port; p == 0 || c.LocalAddr().String() != s.RemoteAddr().String() {
+					t.Errorf("client local %v, server remote %v", c.LocalAddr(), s.RemoteAddr())
+				}
+				if c.RemoteAddr().String() != l.Addr().String() || s.LocalAddr().String() != l.Addr().String() {
+					t.Errorf("client remote %v, server local %v, listener %v", c.RemoteAddr(), s.LocalAddr(), l.Addr())
+				}
+				return
+			}
+			if _, ok := c.RemoteAddr().(*net.UnixAddr); !ok || c.RemoteAddr().String() != l.Addr().String() {
+				t.Errorf("unix client remote %v (%T), listener %v", c.RemoteAddr(), c.RemoteAddr(), l.Addr())
+			}
+		})
+	}
+}

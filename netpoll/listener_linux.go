@@ -420,12 +420,13 @@ func (g *Group) newConn(fd int, network string, rsa unix.Sockaddr, p *poller) (*
 			return nil, os.NewSyscallError("setsockopt", err)
 		}
 	}
-	d := newDesc(fd, kindConn)
-	if err := p.register(d, 0); err != nil {
+	// Addresses first: once registered, a concurrent Group.Close may close
+	// the fd and its number be reused.
+	c := &Conn{d: newDesc(fd, kindConn), network: network, laddr: localAddr(fd), raddr: toAddr(rsa)}
+	if err := p.register(c.d, 0); err != nil {
 		unix.Close(fd)
 		return nil, err
 	}
-	c := &Conn{d: d, network: network, laddr: localAddr(fd), raddr: toAddr(rsa)}
 	if network == "unix" && c.raddr == nil {
 		c.raddr = &net.UnixAddr{Net: "unix"}
 	}

@@ -380,14 +380,8 @@ func (p *poller) register(d *desc, extra uint32) error {
 	}
 	ev := registration(d)
 	d.armed.Store(ev &^ (unix.EPOLLET | unix.EPOLLONESHOT))
-	if err := p.table.set(d); err != nil { // before epoll_ctl, so the first event finds d
-		return err
-	}
-	if err := p.add(d, ev|extra); err != nil {
-		p.table.clear(d, false)
-		return err
-	}
-	return nil
+	// In the table before epoll_ctl, so the first event finds d.
+	return p.table.insert(d, func() error { return p.add(d, ev|extra) })
 }
 
 func (p *poller) add(d *desc, events uint32) error {

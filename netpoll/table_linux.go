@@ -11,7 +11,7 @@ import (
 // with the fd, so an event for a closed fd whose number was reused is told
 // apart and dropped.
 type fdTable struct {
-	mu    sync.Mutex                             // serializes set, clear and growth
+	mu    sync.Mutex                             // serializes insert, clear and growth
 	slots atomic.Pointer[[]atomic.Pointer[desc]] // replaced whole on growth, under mu
 	gen   uint32                                 // last generation given out; guarded by mu
 
@@ -27,10 +27,12 @@ func (t *fdTable) get(fd int) *desc {
 	return (*s)[fd].Load()
 }
 
-// set gives d a generation and publishes it under d.fd. The generation is
-// written before the pointer is stored, so a reader that loads d sees it.
-// It fails once the table is closed.
-func (t *fdTable) set(d *desc) error {
+// insert gives d a generation, publishes it under d.fd and runs add (the
+// epoll_ctl that registers it), all under mu, so that closeAll sees d
+// either not at all or fully registered. The generation is written before
+// the pointer is stored, so a reader that loads d sees it. If add fails, d
+// is removed again. insert fails once the table is closed.
+func (t *fdTable) insert(d *desc, add func() error) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -57,6 +59,10 @@ func (t *fdTable) set(d *desc) error {
 		t.slots.Store(s)
 	}
 	(*s)[d.fd].Store(d)
+	if err := add(); err != nil {
+		(*s)[d.fd].Store(nil)
+		return err
+	}
 	return nil
 }
 
