@@ -86,3 +86,43 @@ func acceptStream(b *testing.B, cfg netpoll.Config) {
 		b.ReportMetric(float64(hi)/float64(lo), "max/min-accepts")
 	}
 }
+
+// BenchmarkNetAccept is the accept stream on package net: what the runtime
+// patch's netpollshards changes (a listener in every shard). Run it on the
+// patched toolchain with and without GODEBUG=netpollshards=N.
+func BenchmarkNetAccept(b *testing.B) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	accepted := make(chan error, 1)
+	go func() {
+		for range b.N {
+			c, err := l.Accept()
+			if err != nil {
+				accepted <- err
+				return
+			}
+			c.Close()
+		}
+		accepted <- nil
+	}()
+	var ru0, ru1 syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	b.ResetTimer()
+	for range b.N {
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.Close()
+	}
+	if err := <-accepted; err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	b.ReportMetric(float64(ru1.Nvcsw+ru1.Nivcsw-ru0.Nvcsw-ru0.Nivcsw)/float64(b.N), "ctxsw/op")
+	b.ReportMetric(float64(tvDur(ru1.Utime)+tvDur(ru1.Stime)-tvDur(ru0.Utime)-tvDur(ru0.Stime))/float64(b.N), "cpu-ns/op")
+}

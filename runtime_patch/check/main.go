@@ -1,0 +1,363 @@
+// Check proves that each edgepoll runtime setting is really active in a
+// program built with the patched toolchain (runtime_patch/build.sh). It runs
+// itself as a child with GODEBUG set and looks at what the child did:
+//
+//	check [-n rounds] [-shards n] [-spin µs] oneshot|spin|shards
+//
+// The checks:
+//
+//   - oneshot: the child ping-pongs over loopback TCP under strace. With
+//     netpolloneshot=1 every park re-arms the fd with one EPOLL_CTL_MOD, so
+//     the number of EPOLL_CTL_MOD calls must equal the number of parks: the
+//     reads, writes and accepts that failed with EAGAIN plus the connects
+//     that returned EINPROGRESS. Without the setting there must be none.
+//   - spin: the child ping-pongs with netpollspin=<µs> and netpollstats=1;
+//     the runtime's counters, printed when main returns, must show
+//     goroutines found by the spinning P. Without the setting, none.
+//   - shards: the child opens a listener and counts the eventpoll fds in
+//     /proc/self/fd: n shards plus the root instance with
+//     netpollshards=n, one without. Four concurrent ping-pongs must show
+//     Ms blocked in a single shard's epoll_wait (netpollstats).
+//
+// Check fails unless runtime.Version names the patched toolchain, since a
+// stock runtime ignores the settings. The child form is
+// "check child pingpong|epollfds [-n rounds] [-pairs n]"; it is for check's
+// own use.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "check:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "child" {
+		return child(args[1:], stdout)
+	}
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	rounds := fs.Int("n", 2000, "ping-pong round trips")
+	shards := fs.Int("shards", 4, "netpollshards value for the shards check")
+	spin := fs.Int("spin", 50, "netpollspin value (µs) for the spin check")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return errors.New("usage: check [-n rounds] [-shards n] [-spin µs] oneshot|spin|shards")
+	}
+	if !strings.Contains(runtime.Version(), "edgepoll") {
+		return fmt.Errorf("built with %s, not the patched toolchain: the settings would be ignored", runtime.Version())
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	c := checker{self: self, rounds: *rounds, out: stdout}
+	switch fs.Arg(0) {
+	case "oneshot":
+		return c.oneshot()
+	case "spin":
+		return c.spin(*spin)
+	case "shards":
+		return c.shards(*shards)
+	}
+	return fmt.Errorf("unknown check %q", fs.Arg(0))
+}
+
+type checker struct {
+	self   string
+	rounds int
+	out    io.Writer
+}
+
+// child runs itself with GODEBUG=godebug and returns its stdout and stderr.
+func (c checker) child(godebug string, wrap []string, args ...string) (stdout, stderr []byte, err error) {
+	argv := append(wrap, c.self, "child")
+	argv = append(argv, args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(os.Environ(), "GODEBUG="+godebug)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	if err := cmd.Run(); err != nil {
+		return nil, nil, fmt.Errorf("%q: %v\n%s", argv, err, e.Bytes())
+	}
+	return o.Bytes(), e.Bytes(), nil
+}
+
+func (c checker) oneshot() error {
+	if _, err := exec.LookPath("strace"); err != nil {
+		return fmt.Errorf("the oneshot check needs strace: %v", err)
+	}
+	for _, on := range []bool{false, true} {
+		godebug := "netpollstats=1"
+		if on {
+			godebug = "netpolloneshot=1,netpollstats=1"
+		}
+		dir, err := os.MkdirTemp("", "edgepoll-check")
+		if err != nil {
+			return err
+		}
+		trace := filepath.Join(dir, "strace.out")
+		wrap := []string{"strace", "-f", "-qq", "-o", trace, "-e", "trace=epoll_ctl,read,write,accept4,connect"}
+		_, stderr, err := c.child(godebug, wrap, "pingpong", "-n", strconv.Itoa(c.rounds))
+		if err != nil {
+			os.RemoveAll(dir)
+			return err
+		}
+		mods, parks, err := countTrace(trace)
+		os.RemoveAll(dir)
+		if err != nil {
+			return err
+		}
+		arms, err := stat(stderr, "oneshot-arms")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(c.out, "oneshot: GODEBUG=%s rounds=%d parks=%d epoll_ctl_mod=%d runtime-arms=%d\n", godebug, c.rounds, parks, mods, arms)
+		switch {
+		case !on && (mods != 0 || arms != 0):
+			return fmt.Errorf("oneshot: %d EPOLL_CTL_MOD calls (%d counted) with the setting off, want 0", mods, arms)
+		case on && parks == 0:
+			return fmt.Errorf("oneshot: no park in %d round trips: the workload did not block", c.rounds)
+		case on && (mods != parks || arms != uint64(mods)):
+			return fmt.Errorf("oneshot: %d EPOLL_CTL_MOD calls (%d counted by the runtime) for %d parks, want exactly one per park", mods, arms, parks)
+		}
+	}
+	fmt.Fprintln(c.out, "oneshot: ok, one EPOLL_CTL_MOD per park")
+	return nil
+}
+
+// countTrace counts EPOLL_CTL_MOD calls and parks in an strace -f log.
+// A park is a read, write or accept that failed with EAGAIN, or a connect
+// that returned EINPROGRESS: internal/poll waits on the poller after each.
+// With -f a call may be split into "<unfinished ...>" and "<... resumed>"
+// lines; the operation name is on the first and the result on the last, so
+// each call is counted once.
+func countTrace(path string) (mods, parks int, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.Contains(line, "EPOLL_CTL_MOD"):
+			mods++
+		case strings.Contains(line, "= -1 EAGAIN"), strings.Contains(line, "= -1 EINPROGRESS"):
+			parks++
+		}
+	}
+	return mods, parks, sc.Err()
+}
+
+var statRE = regexp.MustCompile(`(?m)^edgepoll:.*$`)
+
+// stat returns the named counter from the runtime's netpollstats line.
+func stat(stderr []byte, name string) (uint64, error) {
+	line := statRE.Find(stderr)
+	if line == nil {
+		return 0, fmt.Errorf("no edgepoll line in the child's stderr (is netpollstats=1 honoured?):\n%s", stderr)
+	}
+	for _, f := range strings.Fields(string(line)) {
+		if k, v, ok := strings.Cut(f, "="); ok && k == name {
+			return strconv.ParseUint(v, 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no %s in %q", name, line)
+}
+
+func (c checker) spin(us int) error {
+	for _, on := range []bool{false, true} {
+		godebug := "netpollstats=1"
+		if on {
+			godebug = fmt.Sprintf("netpollspin=%d,netpollstats=1", us)
+		}
+		_, stderr, err := c.child(godebug, nil, "pingpong", "-n", strconv.Itoa(c.rounds))
+		if err != nil {
+			return err
+		}
+		found, err := stat(stderr, "spin-found")
+		if err != nil {
+			return err
+		}
+		polls, err := stat(stderr, "spin-polls")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(c.out, "spin: GODEBUG=%s rounds=%d spin-polls=%d spin-found=%d\n", godebug, c.rounds, polls, found)
+		switch {
+		case !on && (found != 0 || polls != 0):
+			return fmt.Errorf("spin: %d polls, %d goroutines found with the setting off, want 0", polls, found)
+		case on && found == 0:
+			return fmt.Errorf("spin: the spinning P found no goroutine in %d round trips (%d polls)", c.rounds, polls)
+		}
+	}
+	fmt.Fprintln(c.out, "spin: ok, the spinning P finds goroutines")
+	return nil
+}
+
+func (c checker) shards(n int) error {
+	for _, shards := range []int{0, n} {
+		godebug := "netpollstats=1"
+		want := 1
+		if shards > 1 {
+			godebug = fmt.Sprintf("netpollshards=%d,netpollstats=1", shards)
+			want = shards + 1 // the shards and the root instance
+		}
+		stdout, _, err := c.child(godebug, nil, "epollfds")
+		if err != nil {
+			return err
+		}
+		got, err := strconv.Atoi(strings.TrimSpace(string(stdout)))
+		if err != nil {
+			return fmt.Errorf("shards: child printed %q", stdout)
+		}
+		// Whether an M waits on a shard depends on how the scheduler
+		// interleaves; a few concurrent ping-pongs make it all but certain,
+		// and a few tries make the check deterministic in practice.
+		var waits uint64
+		for try := 0; try < 3 && (try == 0 || shards > 1 && waits == 0); try++ {
+			_, stderr, err := c.child(godebug, nil, "pingpong", "-n", strconv.Itoa(c.rounds), "-pairs", "4")
+			if err != nil {
+				return err
+			}
+			if waits, err = stat(stderr, "shard-waits"); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(c.out, "shards: GODEBUG=%s eventpoll-fds=%d shard-waits=%d\n", godebug, got, waits)
+		switch {
+		case got != want:
+			return fmt.Errorf("shards: %d eventpoll fds with GODEBUG=%s, want %d", got, godebug, want)
+		case shards <= 1 && waits != 0:
+			return fmt.Errorf("shards: %d shard waits with the setting off, want 0", waits)
+		case shards > 1 && waits == 0:
+			return fmt.Errorf("shards: no M ever blocked in a shard's epoll_wait in %d round trips", c.rounds)
+		}
+	}
+	fmt.Fprintln(c.out, "shards: ok")
+	return nil
+}
+
+func child(args []string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return errors.New("child: no workload")
+	}
+	fs := flag.NewFlagSet("child", flag.ContinueOnError)
+	rounds := fs.Int("n", 2000, "ping-pong round trips")
+	pairs := fs.Int("pairs", 1, "concurrent ping-pong connections")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	switch args[0] {
+	case "pingpong":
+		errc := make(chan error, *pairs)
+		for range *pairs {
+			go func() { errc <- pingpong(*rounds) }()
+		}
+		for range *pairs {
+			if err := <-errc; err != nil {
+				return err
+			}
+		}
+		return nil
+	case "epollfds":
+		n, err := epollFDs()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, n)
+		return nil
+	}
+	return fmt.Errorf("child: unknown workload %q", args[0])
+}
+
+// pingpong sends one byte back and forth rounds times over loopback TCP,
+// so both sides park on every round.
+func pingpong(rounds int) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	errc := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 1)
+		for range rounds {
+			if _, err := io.ReadFull(c, buf); err != nil {
+				errc <- err
+				return
+			}
+			if _, err := c.Write(buf); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	buf := []byte{'x'}
+	for range rounds {
+		if _, err := c.Write(buf); err != nil {
+			return err
+		}
+		if _, err := io.ReadFull(c, buf); err != nil {
+			return err
+		}
+	}
+	return <-errc
+}
+
+// epollFDs starts the runtime's poller with a listener and counts the
+// eventpoll instances among the process's fds.
+func epollFDs() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range ents {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		if err == nil && target == "anon_inode:[eventpoll]" {
+			n++
+		}
+	}
+	return n, nil
+}

@@ -1,0 +1,68 @@
+package main
+
+// The checks themselves run in verify.sh: they need a binary built by the
+// patched toolchain, and the runtime prints its counters only when main.main
+// returns, which a test binary's main never does.
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestCountTrace(t *testing.T) {
+	tests := []struct {
+		name        string
+		log         string
+		mods, parks int
+	}{
+		{
+			name: "plain",
+			log: `101 epoll_ctl(4, EPOLL_CTL_ADD, 7, {events=EPOLLONESHOT, data=0x1}) = 0
+101 read(7, 0xc000012000, 1) = -1 EAGAIN (Resource temporarily unavailable)
+101 epoll_ctl(4, EPOLL_CTL_MOD, 7, {events=EPOLLIN|EPOLLRDHUP|EPOLLONESHOT, data=0x1}) = 0
+101 read(7, "x", 1) = 1
+101 connect(8, {sa_family=AF_INET, sin_port=htons(1), sin_addr=inet_addr("127.0.0.1")}, 16) = -1 EINPROGRESS (Operation now in progress)
+101 epoll_ctl(4, EPOLL_CTL_MOD, 8, {events=EPOLLOUT|EPOLLONESHOT, data=0x2}) = 0
+`,
+			mods: 2, parks: 2,
+		},
+		{
+			name: "unfinished and resumed",
+			log: `101 read(7,  <unfinished ...>
+102 epoll_ctl(4, EPOLL_CTL_MOD, 9, {events=EPOLLIN|EPOLLRDHUP|EPOLLONESHOT, data=0x3} <unfinished ...>
+101 <... read resumed>0xc000012000, 1) = -1 EAGAIN (Resource temporarily unavailable)
+102 <... epoll_ctl resumed>) = 0
+`,
+			mods: 1, parks: 1,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "strace.out")
+			if err := os.WriteFile(path, []byte(tt.log), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			mods, parks, err := countTrace(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if mods != tt.mods || parks != tt.parks {
+				t.Errorf("countTrace = %d mods, %d parks; want %d, %d", mods, parks, tt.mods, tt.parks)
+			}
+		})
+	}
+}
+
+func TestStat(t *testing.T) {
+	stderr := []byte("noise\nedgepoll: netpolloneshot=1 oneshot-arms=42 netpollspin=0 spin-found=0\n")
+	if v, err := stat(stderr, "oneshot-arms"); err != nil || v != 42 {
+		t.Errorf("stat(oneshot-arms) = %d, %v; want 42", v, err)
+	}
+	if _, err := stat(stderr, "shard-waits"); err == nil {
+		t.Error("stat(shard-waits) found a counter that is not there")
+	}
+	if _, err := stat([]byte("no line\n"), "oneshot-arms"); err == nil {
+		t.Error("stat found a counter without an edgepoll line")
+	}
+}

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# verify.sh [GOROOT] checks the edgepoll toolchain built by build.sh.
+#
+# For GODEBUG empty and for each setting (netpolloneshot=1, netpollspin=50,
+# netpollshards=4) it runs, with GODEBUG set for the go command and the
+# tests alike (both run on the patched runtime):
+#   go vet runtime
+#   go test -short net internal/poll os/signal net/http
+#   go test -short -run Netpoll runtime   (TestNetpollBreak, TestNetpollDeadlock,
+#                                          TestNetpollWaiters)
+# and then proves each setting is active with runtime_patch/check, built
+# with the patched toolchain (see check/main.go): one EPOLL_CTL_MOD per park
+# under strace for netpolloneshot, goroutines found by the spinning P for
+# netpollspin, n+1 eventpoll fds and Ms waiting on single shards for
+# netpollshards. It runs every step, prints a summary, and exits 1 if any
+# step failed.
+#
+# Environment read:
+#   EDGEPOLL_GOROOT        default GOROOT when no argument is given
+#                          (default: $HOME/.cache/edgepoll/go1.26.8-edgepoll)
+#   HOME                   only to form the default GOROOT above
+#   EDGEPOLL_VERIFY_CACHE  GOCACHE for the tests (default: .verify-gocache
+#                          next to GOROOT), kept between runs
+#   EDGEPOLL_SETTINGS      space-separated GODEBUG values to test instead of
+#                          the four above; write "-" for GODEBUG empty
+#   TMPDIR                 where the temporary HOME and check binary go
+#   PATH                   to find strace and the C toolchain
+# Every other GO* variable is cleared; GOFLAGS is empty, GOTOOLCHAIN=local,
+# HOME is a temporary directory, and GOPROXY=off (nothing is downloaded).
+set -uo pipefail
+
+readonly version=go1.26.8-edgepoll
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+goroot=${1:-${EDGEPOLL_GOROOT:-$HOME/.cache/edgepoll/$version}}
+goroot=$(cd "$goroot" 2>/dev/null && pwd) || { echo "verify.sh: no GOROOT at ${1:-${EDGEPOLL_GOROOT:-$HOME/.cache/edgepoll/$version}}; run build.sh first" >&2; exit 1; }
+cache=${EDGEPOLL_VERIFY_CACHE:-$(dirname "$goroot")/.verify-gocache}
+read -r -a settings <<<"${EDGEPOLL_SETTINGS:-- netpolloneshot=1 netpollspin=50 netpollshards=4}"
+
+for v in $(compgen -e); do
+	[[ $v == GO* || $v == CGO_* ]] && unset "$v"
+done
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/home" "$cache"
+export HOME=$tmp/home GOROOT=$goroot GOCACHE=$cache GOPATH=$tmp/gopath
+export GOFLAGS= GOENV=off GOTOOLCHAIN=local GOPROXY=off PATH=$goroot/bin:$PATH
+
+got=$(go env GOVERSION)
+if [[ $got != "$version" ]]; then
+	echo "verify.sh: $goroot/bin/go is $got, want $version" >&2
+	exit 1
+fi
+
+failed=()
+passed=()
+step() { # step NAME CMD...: run and record
+	local name=$1
+	shift
+	echo "=== $name: $*"
+	if "$@"; then
+		passed+=("$name")
+	else
+		echo "--- FAIL: $name"
+		failed+=("$name")
+	fi
+}
+
+for s in "${settings[@]}"; do
+	[[ $s == - ]] && s=
+	label=${s:-default}
+	export GODEBUG=$s
+	step "$label: go vet runtime" go vet runtime
+	step "$label: go test net internal/poll os/signal net/http" go test -short -count=1 net internal/poll os/signal net/http
+	step "$label: go test -run Netpoll runtime" go test -short -count=1 -run Netpoll runtime
+done
+unset GODEBUG
+
+if ! command -v strace >/dev/null && [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+	echo "=== installing strace for the oneshot check"
+	apt-get install -y -qq strace >/dev/null || true
+fi
+# The check uses only the standard library: build it as a module of its own,
+# so that nothing of the repository's module graph (nor a download) is needed.
+mkdir -p "$tmp/checksrc"
+cp "$here"/check/*.go "$tmp/checksrc/"
+printf 'module edgepollcheck\n\ngo 1.26\n' >"$tmp/checksrc/go.mod"
+step "build check" go build -C "$tmp/checksrc" -o "$tmp/check" .
+if [[ -x $tmp/check ]]; then
+	step "check oneshot" "$tmp/check" oneshot
+	step "check spin" "$tmp/check" spin
+	step "check shards" "$tmp/check" shards
+fi
+
+echo
+echo "verify.sh: ${#passed[@]} passed, ${#failed[@]} failed"
+for f in "${failed[@]}"; do
+	echo "  FAIL $f"
+done
+((${#failed[@]} == 0))
