@@ -119,6 +119,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.out == "" {
 		o.out = filepath.Join("out", time.Now().Format("20060102-150405"))
 	}
+	// Absolute: binaries are built from other directories (bench/peers).
+	out, err := filepath.Abs(o.out)
+	if err != nil {
+		return nil, err
+	}
+	o.out = out
 	return o, nil
 }
 

@@ -17,10 +17,19 @@ func TestTiny(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds every server and runs processes; skipped with -short")
 	}
-	out := t.TempDir()
+	// A relative -out, as users give it: binaries built from another
+	// directory (bench/peers) must still land in it.
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := filepath.Rel(wd, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
 	configs := []string{"net", "et", "spin", "gnet", "nbio", "cloudwego", "c"}
 	var stdout, stderr bytes.Buffer
-	err := run([]string{"-out", out, "-configs", strings.Join(configs, ","), "-conns", "1,4", "-sizes", "64",
+	err = run([]string{"-out", out, "-configs", strings.Join(configs, ","), "-conns", "1,4", "-sizes", "64",
 		"-rounds", "2", "-duration", "600ms", "-warmup", "200ms"}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
