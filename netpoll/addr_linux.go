@@ -19,8 +19,6 @@ type endpoint struct {
 	addr   net.Addr
 }
 
-var errNoSuitableAddress = errors.New("no suitable address found")
-
 // checkNetwork returns an error for networks we do not serve.
 func checkNetwork(network string) error {
 	switch network {
@@ -83,7 +81,7 @@ func resolve(ctx context.Context, network, address string, listen bool) ([]endpo
 		eps = eps[:min(len(eps), 1)]
 	}
 	if len(eps) == 0 {
-		return nil, &net.AddrError{Err: errNoSuitableAddress.Error(), Addr: host}
+		return nil, &net.AddrError{Err: "no suitable address found", Addr: host}
 	}
 	return eps, nil
 }

@@ -126,13 +126,13 @@ func (c *Conn) SetWriteDeadline(t time.Time) error {
 }
 
 // CloseRead shuts down the reading side.
-func (c *Conn) CloseRead() error { return c.shutdown(unix.SHUT_RD, "close") }
+func (c *Conn) CloseRead() error { return c.shutdown(unix.SHUT_RD) }
 
 // CloseWrite shuts down the writing side; the peer reads io.EOF.
-func (c *Conn) CloseWrite() error { return c.shutdown(unix.SHUT_WR, "close") }
+func (c *Conn) CloseWrite() error { return c.shutdown(unix.SHUT_WR) }
 
-func (c *Conn) shutdown(how int, op string) error {
-	return c.control(op, func(fd int) error { return syscallErr("shutdown", unix.Shutdown(fd, how)) })
+func (c *Conn) shutdown(how int) error {
+	return c.control("close", func(fd int) error { return syscallErr("shutdown", unix.Shutdown(fd, how)) })
 }
 
 // SetNoDelay sets TCP_NODELAY. It is on by default, as in package net.

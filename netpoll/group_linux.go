@@ -29,7 +29,7 @@ func New(cfg Config) (*Group, error) {
 	}
 	g := &Group{cfg: cfg, listeners: map[*Listener]struct{}{}}
 	for i := range cfg.pollers() {
-		p, err := newPoller(g, i, cfg)
+		p, err := newPoller(i, cfg)
 		if err == nil {
 			if err = p.start(); err != nil {
 				p.closeFDs()

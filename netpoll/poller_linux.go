@@ -45,7 +45,6 @@ const levelRepeatWindow = 10 * time.Millisecond
 
 // poller owns one epoll instance and its event loop.
 type poller struct {
-	g    *Group
 	id   int
 	epfd int
 	evfd int // eventfd registered level-triggered: written once to stop the loop
@@ -86,8 +85,8 @@ type pollerCounters struct {
 	handOffs       atomic.Uint64 // accept edges handed to this poller's acceptor
 }
 
-func newPoller(g *Group, id int, cfg Config) (p *poller, err error) {
-	p = &poller{g: g, id: id, epfd: -1, evfd: -1, mode: cfg.Mode, wait: cfg.Wait, spin: cfg.Spin,
+func newPoller(id int, cfg Config) (p *poller, err error) {
+	p = &poller{id: id, epfd: -1, evfd: -1, mode: cfg.Mode, wait: cfg.Wait, spin: cfg.Spin,
 		stopped: make(chan struct{}), events: make([]unix.EpollEvent, pollBatch)}
 	defer func() {
 		if err != nil {
