@@ -117,15 +117,32 @@ func echo(b *testing.B, im impl, conns, size int) {
 	}
 	b.SetBytes(int64(2 * size))
 	b.ReportAllocs()
-	lat := make([][]time.Duration, conns) // per conn, so no lock is timed
-	for i := range lat {
-		lat[i] = make([]time.Duration, 0, b.N/conns+1)
-	}
 	m := startMeter(im)
+	lat, err := parallel(b, conns, func(i int) func() error {
+		c, out, in := cs[i], make([]byte, size), make([]byte, size)
+		return func() error { return roundTrip(c, out, in) }
+	})
+	m.report(b)
+	reportLatency(b, lat)
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+// parallel runs b.N operations spread over conns goroutines, op(i) giving
+// goroutine i's operation, times each, and returns the latencies and the
+// first error. It resets the timer before and stops it after.
+func parallel(b *testing.B, conns int, op func(i int) func() error) ([]time.Duration, error) {
+	lat := make([][]time.Duration, conns) // per goroutine, so no lock is timed
+	ops := make([]func() error, conns)
+	for i := range conns {
+		lat[i] = make([]time.Duration, 0, b.N/conns+1)
+		ops[i] = op(i)
+	}
 	b.ResetTimer()
 	var wg sync.WaitGroup
 	errc := make(chan error, conns)
-	for i, c := range cs {
+	for i := range conns {
 		n := b.N / conns
 		if i < b.N%conns {
 			n++
@@ -133,10 +150,9 @@ func echo(b *testing.B, im impl, conns, size int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out, in := make([]byte, size), make([]byte, size)
 			for range n {
 				t0 := time.Now()
-				if err := roundTrip(c, out, in); err != nil {
+				if err := ops[i](); err != nil {
 					errc <- err
 					return
 				}
@@ -146,12 +162,8 @@ func echo(b *testing.B, im impl, conns, size int) {
 	}
 	wg.Wait()
 	b.StopTimer()
-	m.report(b)
-	reportLatency(b, slices.Concat(lat...))
 	close(errc)
-	for err := range errc {
-		b.Fatal(err)
-	}
+	return slices.Concat(lat...), <-errc
 }
 
 func roundTrip(c net.Conn, out, in []byte) error {

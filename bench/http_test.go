@@ -6,10 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"slices"
-	"sync"
 	"testing"
-	"time"
 )
 
 var plaintext = []byte("Hello, World!")
@@ -65,36 +62,12 @@ func httpPlaintext(b *testing.B, im impl, conns int) {
 			b.Fatal(err)
 		}
 	}
-	lat := make([][]time.Duration, conns)
 	b.ReportAllocs()
 	m := startMeter(im)
-	b.ResetTimer()
-	var wg sync.WaitGroup
-	errc := make(chan error, conns)
-	for i := range conns {
-		n := b.N / conns
-		if i < b.N%conns {
-			n++
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for range n {
-				t0 := time.Now()
-				if err := get(); err != nil {
-					errc <- err
-					return
-				}
-				lat[i] = append(lat[i], time.Since(t0))
-			}
-		}()
-	}
-	wg.Wait()
-	b.StopTimer()
+	lat, err := parallel(b, conns, func(int) func() error { return get })
 	m.report(b)
-	reportLatency(b, slices.Concat(lat...))
-	close(errc)
-	for err := range errc {
+	reportLatency(b, lat)
+	if err != nil {
 		b.Fatal(err)
 	}
 }
