@@ -1,7 +1,6 @@
 package netpoll
 
 import (
-	"net"
 	"runtime"
 	"sync"
 
@@ -92,8 +91,6 @@ func ResetDefault() {
 	defaultGroup.g, defaultGroup.err = nil, nil
 	defaultGroup.once = sync.Once{}
 }
-
-var _ net.Conn = (*Conn)(nil)
 
 // PollerOf returns the index of the poller a *Conn is registered on.
 func PollerOf(c any) int { return descOf(c).p.id }
