@@ -16,13 +16,21 @@
 //     goroutines found by the spinning P. Without the setting, none.
 //   - shards: the child opens a listener and counts the eventpoll fds in
 //     /proc/self/fd: n shards plus the root instance with
-//     netpollshards=n, one without. Four concurrent ping-pongs must show
-//     Ms blocked in a single shard's epoll_wait (netpollstats).
+//     netpollshards=n, one without. Four concurrent ping-pongs with
+//     GOMAXPROCS=8 must show Ms blocked in a single shard's epoll_wait
+//     (netpollstats). One ping-pong with GOMAXPROCS=1 must show none
+//     (blocked pollers never outnumber idle Ps, and the one blocking
+//     poller takes the only idle P) and non-blocking polls of single
+//     shards instead of the root (at most three shards hold a parked
+//     goroutine). Without the setting, neither.
 //
 // Check fails unless runtime.Version names the patched toolchain, since a
 // stock runtime ignores the settings. The child form is
-// "check child pingpong|epollfds [-n rounds] [-pairs n]"; it is for check's
-// own use.
+// "check child pingpong|epollfds|accept [-n rounds] [-pairs n]"; it is for
+// check's own use, and for measuring: "accept" dials n connections one
+// after another to a listener that one goroutine accepts from, and prints
+// the accepts and the process's context switches, for the runtime counters
+// (GODEBUG=netpollstats=1) to be read per accept.
 package main
 
 import (
@@ -40,6 +48,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 func main() {
@@ -89,12 +98,13 @@ type checker struct {
 	out    io.Writer
 }
 
-// child runs itself with GODEBUG=godebug and returns its stdout and stderr.
-func (c checker) child(godebug string, wrap []string, args ...string) (stdout, stderr []byte, err error) {
+// child runs itself with GODEBUG=godebug and env added to its environment,
+// and returns its stdout and stderr.
+func (c checker) child(godebug string, env, wrap []string, args ...string) (stdout, stderr []byte, err error) {
 	argv := append(wrap, c.self, "child")
 	argv = append(argv, args...)
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), "GODEBUG="+godebug)
+	cmd.Env = append(append(os.Environ(), env...), "GODEBUG="+godebug)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	if err := cmd.Run(); err != nil {
@@ -118,7 +128,7 @@ func (c checker) oneshot() error {
 		}
 		trace := filepath.Join(dir, "strace.out")
 		wrap := []string{"strace", "-f", "-qq", "-o", trace, "-e", "trace=epoll_ctl,read,write,accept4,connect"}
-		_, stderr, err := c.child(godebug, wrap, "pingpong", "-n", strconv.Itoa(c.rounds))
+		_, stderr, err := c.child(godebug, nil, wrap, "pingpong", "-n", strconv.Itoa(c.rounds))
 		if err != nil {
 			os.RemoveAll(dir)
 			return err
@@ -194,7 +204,7 @@ func (c checker) spin(us int) error {
 		if on {
 			godebug = fmt.Sprintf("netpollspin=%d,netpollstats=1", us)
 		}
-		_, stderr, err := c.child(godebug, nil, "pingpong", "-n", strconv.Itoa(c.rounds))
+		_, stderr, err := c.child(godebug, nil, nil, "pingpong", "-n", strconv.Itoa(c.rounds))
 		if err != nil {
 			return err
 		}
@@ -226,7 +236,7 @@ func (c checker) shards(n int) error {
 			godebug = fmt.Sprintf("netpollshards=%d,netpollstats=1", shards)
 			want = shards + 1 // the shards and the root instance
 		}
-		stdout, _, err := c.child(godebug, nil, "epollfds")
+		stdout, _, err := c.child(godebug, nil, nil, "epollfds")
 		if err != nil {
 			return err
 		}
@@ -234,31 +244,57 @@ func (c checker) shards(n int) error {
 		if err != nil {
 			return fmt.Errorf("shards: child printed %q", stdout)
 		}
+		if got != want {
+			return fmt.Errorf("shards: %d eventpoll fds with GODEBUG=%s, want %d", got, godebug, want)
+		}
 		// Whether an M waits on a shard depends on how the scheduler
-		// interleaves; a few concurrent ping-pongs make it all but certain,
-		// and a few tries make the check deterministic in practice.
+		// interleaves; with idle Ps to spare, a few concurrent ping-pongs
+		// make it all but certain, and a few tries make the check
+		// deterministic in practice.
 		var waits uint64
 		for try := 0; try < 3 && (try == 0 || shards > 1 && waits == 0); try++ {
-			_, stderr, err := c.child(godebug, nil, "pingpong", "-n", strconv.Itoa(c.rounds), "-pairs", "4")
+			st, err := c.shardStats(godebug, 8, 4, "shard-waits")
 			if err != nil {
 				return err
 			}
-			if waits, err = stat(stderr, "shard-waits"); err != nil {
-				return err
-			}
+			waits = st[0]
 		}
-		fmt.Fprintf(c.out, "shards: GODEBUG=%s eventpoll-fds=%d shard-waits=%d\n", godebug, got, waits)
+		one, err := c.shardStats(godebug, 1, 1, "shard-waits", "shard-direct")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(c.out, "shards: GODEBUG=%s eventpoll-fds=%d shard-waits=%d (GOMAXPROCS=8, 4 pairs) shard-waits=%d shard-direct=%d (GOMAXPROCS=1, 1 pair)\n",
+			godebug, got, waits, one[0], one[1])
 		switch {
-		case got != want:
-			return fmt.Errorf("shards: %d eventpoll fds with GODEBUG=%s, want %d", got, godebug, want)
-		case shards <= 1 && waits != 0:
-			return fmt.Errorf("shards: %d shard waits with the setting off, want 0", waits)
+		case shards <= 1 && waits+one[0]+one[1] != 0:
+			return fmt.Errorf("shards: %d shard waits, %d direct shard polls with the setting off, want 0", waits+one[0], one[1])
 		case shards > 1 && waits == 0:
-			return fmt.Errorf("shards: no M ever blocked in a shard's epoll_wait in %d round trips", c.rounds)
+			return fmt.Errorf("shards: no M ever blocked in a shard's epoll_wait in %d round trips with GOMAXPROCS=8", c.rounds)
+		case shards > 1 && one[0] != 0:
+			return fmt.Errorf("shards: %d shard waits with GOMAXPROCS=1, want 0: blocked pollers outnumbered the idle Ps", one[0])
+		case shards > 1 && one[1] == 0:
+			return fmt.Errorf("shards: no non-blocking poll of single shards in %d round trips with GOMAXPROCS=1", c.rounds)
 		}
 	}
 	fmt.Fprintln(c.out, "shards: ok")
 	return nil
+}
+
+// shardStats runs pairs concurrent ping-pongs in a child with GOMAXPROCS=procs
+// and returns the named netpollstats counters.
+func (c checker) shardStats(godebug string, procs, pairs int, names ...string) ([]uint64, error) {
+	env := []string{"GOMAXPROCS=" + strconv.Itoa(procs)}
+	_, stderr, err := c.child(godebug, env, nil, "pingpong", "-n", strconv.Itoa(c.rounds), "-pairs", strconv.Itoa(pairs))
+	if err != nil {
+		return nil, err
+	}
+	vals := make([]uint64, len(names))
+	for i, name := range names {
+		if vals[i], err = stat(stderr, name); err != nil {
+			return nil, err
+		}
+	}
+	return vals, nil
 }
 
 func child(args []string, stdout io.Writer) error {
@@ -282,6 +318,13 @@ func child(args []string, stdout io.Writer) error {
 				return err
 			}
 		}
+		return nil
+	case "accept":
+		ctxsw, err := acceptStream(*rounds)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "accepts=%d ctxsw=%d\n", *rounds, ctxsw)
 		return nil
 	case "epollfds":
 		n, err := epollFDs()
@@ -338,6 +381,47 @@ func pingpong(rounds int) error {
 		}
 	}
 	return <-errc
+}
+
+// acceptStream dials n connections over loopback TCP one after another
+// while a goroutine accepts and closes them, and returns the process's
+// context switches over the stream.
+func acceptStream(n int) (int64, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	errc := make(chan error, 1)
+	go func() {
+		for range n {
+			c, err := ln.Accept()
+			if err != nil {
+				errc <- err
+				return
+			}
+			c.Close()
+		}
+		errc <- nil
+	}()
+	before := contextSwitches()
+	for range n {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			return 0, err
+		}
+		c.Close()
+	}
+	if err := <-errc; err != nil {
+		return 0, err
+	}
+	return contextSwitches() - before, nil
+}
+
+func contextSwitches() int64 {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru.Nvcsw + ru.Nivcsw
 }
 
 // epollFDs starts the runtime's poller with a listener and counts the
