@@ -14,9 +14,14 @@
 //   - spin: the child ping-pongs with netpollspin=<µs> and netpollstats=1;
 //     the runtime's counters, printed when main returns, must show
 //     goroutines found by the spinning P. Without the setting, none.
-//   - shards: the child opens a listener and counts the eventpoll fds in
-//     /proc/self/fd: n shards plus the root instance with
-//     netpollshards=n, one without. Four concurrent ping-pongs with
+//   - shards: the child opens a listener and 160 loopback connections
+//     (320 fds, more than one block of 256 fd numbers) and reads
+//     /proc/self/fd and each eventpoll fd's /proc/self/fdinfo: with
+//     netpollshards=n there must be n shards plus the root instance, every
+//     connection fd registered in exactly one instance, the fds of one
+//     block in the same instance and those of different blocks in
+//     different ones, and the listener in all n shards; without the
+//     setting, one instance holding everything. Four concurrent ping-pongs with
 //     GOMAXPROCS=8 must show Ms blocked in a single shard's epoll_wait
 //     (netpollstats). One ping-pong with GOMAXPROCS=1 must show none
 //     (blocked pollers never outnumber idle Ps, and the one blocking
@@ -198,6 +203,26 @@ func stat(stderr []byte, name string) (uint64, error) {
 	return 0, fmt.Errorf("no %s in %q", name, line)
 }
 
+// fields parses the named key=value integers of line.
+func fields(line string, names ...string) (map[string]int, error) {
+	kv := map[string]int{}
+	for _, f := range strings.Fields(line) {
+		if k, v, ok := strings.Cut(f, "="); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return nil, fmt.Errorf("%s in %q: %v", k, line, err)
+			}
+			kv[k] = n
+		}
+	}
+	for _, name := range names {
+		if _, ok := kv[name]; !ok {
+			return nil, fmt.Errorf("no %s in %q", name, line)
+		}
+	}
+	return kv, nil
+}
+
 func (c checker) spin(us int) error {
 	for _, on := range []bool{false, true} {
 		godebug := "netpollstats=1"
@@ -240,13 +265,31 @@ func (c checker) shards(n int) error {
 		if err != nil {
 			return err
 		}
-		got, err := strconv.Atoi(strings.TrimSpace(string(stdout)))
+		reg, err := fields(string(stdout), "eventpoll", "conns", "once", "listener", "blocks", "splits", "used")
 		if err != nil {
-			return fmt.Errorf("shards: child printed %q", stdout)
+			return fmt.Errorf("shards: epollfds child: %v", err)
 		}
+		got := reg["eventpoll"]
 		if got != want {
 			return fmt.Errorf("shards: %d eventpoll fds with GODEBUG=%s, want %d", got, godebug, want)
 		}
+		wantListener, wantUsed := 1, 1
+		if shards > 1 {
+			wantListener, wantUsed = shards, min(reg["blocks"], shards)
+		}
+		switch {
+		case reg["once"] != reg["conns"]:
+			return fmt.Errorf("shards: %d of %d connection fds registered in exactly one epoll instance", reg["once"], reg["conns"])
+		case reg["listener"] != wantListener:
+			return fmt.Errorf("shards: listener registered in %d epoll instances, want %d", reg["listener"], wantListener)
+		case reg["blocks"] < 2:
+			return fmt.Errorf("shards: connection fds span %d blocks of 256, want 2 or more", reg["blocks"])
+		case reg["splits"] != 0:
+			return fmt.Errorf("shards: %d connection fds not in their block's instance", reg["splits"])
+		case reg["used"] != wantUsed:
+			return fmt.Errorf("shards: connection fds in %d epoll instances, want %d", reg["used"], wantUsed)
+		}
+		fmt.Fprintf(c.out, "shards: GODEBUG=%s %s", godebug, stdout)
 		// Whether an M waits on a shard depends on how the scheduler
 		// interleaves; with idle Ps to spare, a few concurrent ping-pongs
 		// make it all but certain, and a few tries make the check
@@ -327,11 +370,11 @@ func child(args []string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "accepts=%d ctxsw=%d\n", *rounds, ctxsw)
 		return nil
 	case "epollfds":
-		n, err := epollFDs()
+		line, err := epollFDs()
 		if err != nil {
 			return err
 		}
-		fmt.Fprintln(stdout, n)
+		fmt.Fprintln(stdout, line)
 		return nil
 	}
 	return fmt.Errorf("child: unknown workload %q", args[0])
@@ -426,22 +469,103 @@ func contextSwitches() int64 {
 
 // epollFDs starts the runtime's poller with a listener and counts the
 // eventpoll instances among the process's fds.
-func epollFDs() (int, error) {
+func epollFDs() (string, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, err
+		return "", err
 	}
 	defer ln.Close()
+	// Enough connections that their fds span more than one block of 256
+	// fd numbers, the unit netpollshards deals fds to shards in.
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range spreadPairs {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			return "", err
+		}
+		conns = append(conns, c)
+		s, err := ln.Accept()
+		if err != nil {
+			return "", err
+		}
+		conns = append(conns, s)
+	}
+	lfd, err := sysFD(ln.(*net.TCPListener))
+	if err != nil {
+		return "", err
+	}
 	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return "", err
+	}
+	// in[fd] lists the eventpoll instances a socket fd is registered in.
+	in := map[int][]int{}
+	instances := 0
+	for _, e := range ents {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		if err != nil || target != "anon_inode:[eventpoll]" {
+			continue
+		}
+		instances++
+		info, err := os.ReadFile(filepath.Join("/proc/self/fdinfo", e.Name()))
+		if err != nil {
+			return "", err
+		}
+		epfd, _ := strconv.Atoi(e.Name())
+		for _, line := range strings.Split(string(info), "\n") {
+			f := strings.Fields(line)
+			if len(f) < 2 || f[0] != "tfd:" {
+				continue
+			}
+			tfd, err := strconv.Atoi(f[1])
+			if err != nil {
+				return "", fmt.Errorf("fdinfo %s: %q", e.Name(), line)
+			}
+			if t, _ := os.Readlink(filepath.Join("/proc/self/fd", f[1])); strings.HasPrefix(t, "socket:") {
+				in[tfd] = append(in[tfd], epfd)
+			}
+		}
+	}
+	// once: connection fds registered in exactly one instance.
+	// splits: fds of one block that sit in different instances.
+	// instancesUsed: distinct instances holding connection fds.
+	once, splits := 0, 0
+	blockHome := map[int]int{}
+	used := map[int]bool{}
+	for fd, eps := range in {
+		if fd == lfd {
+			continue
+		}
+		if len(eps) == 1 {
+			once++
+		}
+		used[eps[0]] = true
+		if h, ok := blockHome[fd/256]; ok && h != eps[0] {
+			splits++
+		}
+		blockHome[fd/256] = eps[0]
+	}
+	return fmt.Sprintf("eventpoll=%d conns=%d once=%d listener=%d blocks=%d splits=%d used=%d",
+		instances, len(conns), once, len(in[lfd]), len(blockHome), splits, len(used)), nil
+}
+
+// spreadPairs is how many loopback connections the epollfds child opens.
+const spreadPairs = 160
+
+// sysFD returns the fd number of a listener.
+func sysFD(ln *net.TCPListener) (int, error) {
+	rc, err := ln.SyscallConn()
 	if err != nil {
 		return 0, err
 	}
-	n := 0
-	for _, e := range ents {
-		target, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
-		if err == nil && target == "anon_inode:[eventpoll]" {
-			n++
-		}
+	fd := -1
+	if err := rc.Control(func(f uintptr) { fd = int(f) }); err != nil {
+		return 0, err
 	}
-	return n, nil
+	return fd, nil
 }

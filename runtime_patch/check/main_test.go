@@ -66,3 +66,16 @@ func TestStat(t *testing.T) {
 		t.Error("stat found a counter without an edgepoll line")
 	}
 }
+
+func TestFields(t *testing.T) {
+	kv, err := fields("eventpoll=5 conns=320 once=320\n", "eventpoll", "once")
+	if err != nil || kv["eventpoll"] != 5 || kv["once"] != 320 || kv["conns"] != 320 {
+		t.Errorf("fields = %v, %v; want eventpoll=5 conns=320 once=320", kv, err)
+	}
+	if _, err := fields("eventpoll=5", "splits"); err == nil {
+		t.Error("fields: no error for a missing key")
+	}
+	if _, err := fields("eventpoll=x", "eventpoll"); err == nil {
+		t.Error("fields: no error for a value that is not a number")
+	}
+}
