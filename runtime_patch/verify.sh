@@ -11,7 +11,8 @@
 # and then proves each setting is active with runtime_patch/check, built
 # with the patched toolchain (see check/main.go): one EPOLL_CTL_MOD per park
 # under strace for netpolloneshot, goroutines found by the spinning P for
-# netpollspin, n+1 eventpoll fds and Ms waiting on single shards for
+# netpollspin (a ping-pong and its echo peer pinned to CPUs 0 and 1 with
+# taskset), n+1 eventpoll fds and Ms waiting on single shards for
 # netpollshards. It runs every step, prints a summary, and exits 1 if any
 # step failed.
 #
@@ -24,7 +25,7 @@
 #   EDGEPOLL_SETTINGS      space-separated GODEBUG values to test instead of
 #                          the four above; write "-" for GODEBUG empty
 #   TMPDIR                 where the temporary HOME and check binary go
-#   PATH                   to find strace and the C toolchain
+#   PATH                   to find strace, taskset and the C toolchain
 # Every other GO* variable is cleared; GOFLAGS is empty, GOTOOLCHAIN=local,
 # HOME is a temporary directory, and GOPROXY=off (nothing is downloaded).
 set -uo pipefail
@@ -78,6 +79,10 @@ unset GODEBUG
 if ! command -v strace >/dev/null && [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
 	echo "=== installing strace for the oneshot check"
 	apt-get install -y -qq strace >/dev/null || true
+fi
+if ! command -v taskset >/dev/null && [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+	echo "=== installing util-linux (taskset) for the spin check"
+	apt-get install -y -qq util-linux >/dev/null || true
 fi
 # The check uses only the standard library: build it as a module of its own,
 # so that nothing of the repository's module graph (nor a download) is needed.

@@ -11,9 +11,15 @@
 //     the number of EPOLL_CTL_MOD calls must equal the number of parks: the
 //     reads, writes and accepts that failed with EAGAIN plus the connects
 //     that returned EINPROGRESS. Without the setting there must be none.
-//   - spin: the child ping-pongs with netpollspin=<µs> and netpollstats=1;
-//     the runtime's counters, printed when main returns, must show
-//     goroutines found by the spinning P. Without the setting, none.
+//   - spin: the child, pinned to CPU 0, ping-pongs with netpollspin=<µs>
+//     and netpollstats=1 against an echo child pinned to CPU 1, so its
+//     only goroutine parks on every round and its P has nothing to run
+//     until the reply comes from the other CPU: the runtime's counters,
+//     printed when main returns, must show goroutines found by the
+//     spinning P. Without the setting, none. (With both ends in one
+//     process the other P often runs the peer and readies the goroutine
+//     itself; with both on one CPU the peer waits for the spinner's CPU
+//     until the spin ends. Either way the count depended on scheduling.)
 //   - shards: the child opens a listener and 160 loopback connections
 //     (320 fds, more than one block of 256 fd numbers) and reads
 //     /proc/self/fd and each eventpoll fd's /proc/self/fdinfo: with
@@ -31,7 +37,7 @@
 //
 // Check fails unless runtime.Version names the patched toolchain, since a
 // stock runtime ignores the settings. The child form is
-// "check child pingpong|epollfds|accept [-n rounds] [-pairs n]"; it is for
+// "check child pingpong|echo|epollfds|accept [-n rounds] [-pairs n] [-peer addr]"; it is for
 // check's own use, and for measuring: "accept" dials n connections one
 // after another to a listener that one goroutine accepts from, and prints
 // the accepts and the process's context switches, for the runtime counters
@@ -229,7 +235,7 @@ func (c checker) spin(us int) error {
 		if on {
 			godebug = fmt.Sprintf("netpollspin=%d,netpollstats=1", us)
 		}
-		_, stderr, err := c.child(godebug, nil, nil, "pingpong", "-n", strconv.Itoa(c.rounds))
+		stderr, err := c.spinPingPong(godebug)
 		if err != nil {
 			return err
 		}
@@ -251,6 +257,48 @@ func (c checker) spin(us int) error {
 	}
 	fmt.Fprintln(c.out, "spin: ok, the spinning P finds goroutines")
 	return nil
+}
+
+// spinPingPong runs the ping-pong child with godebug pinned to CPU 0
+// against an echo child pinned to CPU 1, and returns the ping-pong child's
+// stderr. The pinning is what makes the check deterministic: a spinning M
+// keeps its CPU for the whole budget, so a peer queued behind it on the
+// same CPU answers only after the spin has ended, and the spinning P finds
+// nothing however well it works.
+func (c checker) spinPingPong(godebug string) ([]byte, error) {
+	if _, err := exec.LookPath("taskset"); err != nil {
+		return nil, fmt.Errorf("the spin check pins its two processes with taskset: %v", err)
+	}
+	if runtime.NumCPU() < 2 {
+		return nil, fmt.Errorf("the spin check needs 2 CPUs, one per process; this process may use %d", runtime.NumCPU())
+	}
+	peer := exec.Command("taskset", "-c", "1", c.self, "child", "echo")
+	peer.Env = append(os.Environ(), "GODEBUG=")
+	var perr bytes.Buffer
+	peer.Stderr = &perr
+	out, err := peer.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := peer.Start(); err != nil {
+		return nil, err
+	}
+	addr, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		peer.Process.Kill()
+		peer.Wait()
+		return nil, fmt.Errorf("echo child: no address: %v\n%s", err, perr.Bytes())
+	}
+	_, stderr, err := c.child(godebug, nil, []string{"taskset", "-c", "0"}, "pingpong", "-n", strconv.Itoa(c.rounds), "-peer", strings.TrimSpace(addr))
+	if err != nil {
+		peer.Process.Kill()
+		peer.Wait()
+		return nil, err
+	}
+	if err := peer.Wait(); err != nil {
+		return nil, fmt.Errorf("echo child: %v\n%s", err, perr.Bytes())
+	}
+	return stderr, nil
 }
 
 func (c checker) shards(n int) error {
@@ -347,6 +395,7 @@ func child(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("child", flag.ContinueOnError)
 	rounds := fs.Int("n", 2000, "ping-pong round trips")
 	pairs := fs.Int("pairs", 1, "concurrent ping-pong connections")
+	peer := fs.String("peer", "", "ping-pong against this echo address instead of an in-process peer")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -354,7 +403,7 @@ func child(args []string, stdout io.Writer) error {
 	case "pingpong":
 		errc := make(chan error, *pairs)
 		for range *pairs {
-			go func() { errc <- pingpong(*rounds) }()
+			go func() { errc <- pingpong(*rounds, *peer) }()
 		}
 		for range *pairs {
 			if err := <-errc; err != nil {
@@ -369,6 +418,8 @@ func child(args []string, stdout io.Writer) error {
 		}
 		fmt.Fprintf(stdout, "accepts=%d ctxsw=%d\n", *rounds, ctxsw)
 		return nil
+	case "echo":
+		return echoOne(stdout)
 	case "epollfds":
 		line, err := epollFDs()
 		if err != nil {
@@ -381,8 +432,17 @@ func child(args []string, stdout io.Writer) error {
 }
 
 // pingpong sends one byte back and forth rounds times over loopback TCP,
-// so both sides park on every round.
-func pingpong(rounds int) error {
+// so both sides park on every round. The other side is an echo goroutine
+// in this process, or the echo server at peer if peer is not empty.
+func pingpong(rounds int, peer string) error {
+	if peer != "" {
+		c, err := net.Dial("tcp", peer)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return ping(c, rounds)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -414,6 +474,14 @@ func pingpong(rounds int) error {
 		return err
 	}
 	defer c.Close()
+	if err := ping(c, rounds); err != nil {
+		return err
+	}
+	return <-errc
+}
+
+// ping writes one byte to c and reads it back, rounds times.
+func ping(c net.Conn, rounds int) error {
 	buf := []byte{'x'}
 	for range rounds {
 		if _, err := c.Write(buf); err != nil {
@@ -423,7 +491,27 @@ func pingpong(rounds int) error {
 			return err
 		}
 	}
-	return <-errc
+	return nil
+}
+
+// echoOne accepts one connection on a loopback listener whose address it
+// has printed to stdout, echoes what it sends until it ends, and returns.
+func echoOne(stdout io.Writer) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	if _, err := fmt.Fprintln(stdout, ln.Addr()); err != nil {
+		return err
+	}
+	c, err := ln.Accept()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_, err = io.Copy(c, c)
+	return err
 }
 
 // acceptStream dials n connections over loopback TCP one after another

@@ -5,8 +5,11 @@ package main
 // returns, which a test binary's main never does.
 
 import (
+	"bufio"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -77,5 +80,31 @@ func TestFields(t *testing.T) {
 	}
 	if _, err := fields("eventpoll=x", "eventpoll"); err == nil {
 		t.Error("fields: no error for a value that is not a number")
+	}
+}
+
+// TestPingPongPeer runs the spin check's two workloads against each other
+// in one process: echoOne serves exactly the one connection and returns
+// without error once the ping-pong ends.
+func TestPingPongPeer(t *testing.T) {
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := echoOne(pw)
+		pw.CloseWithError(err)
+		done <- err
+	}()
+	addr, err := bufio.NewReader(pr).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no address from echoOne: %v", err)
+	}
+	if err := pingpong(100, strings.TrimSpace(addr)); err != nil {
+		t.Fatalf("pingpong against echoOne: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("echoOne: %v", err)
+	}
+	if err := pingpong(100, ""); err != nil {
+		t.Fatalf("pingpong with its own peer: %v", err)
 	}
 }
