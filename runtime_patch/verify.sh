@@ -8,11 +8,14 @@
 #   go test -short net internal/poll os/signal net/http
 #   go test -short -run Netpoll runtime   (TestNetpollBreak, TestNetpollDeadlock,
 #                                          TestNetpollWaiters)
-# and then proves each setting is active with runtime_patch/check, built
+# Under a netpollshards setting it also runs the net and net/http tests
+# with 300 fds already open, so that their own fds are in shards other
+# than the root (shard 0 holds fds 0 to 255).
+# It then proves each setting is active with runtime_patch/check, built
 # with the patched toolchain (see check/main.go): one EPOLL_CTL_MOD per park
 # under strace for netpolloneshot, goroutines found by the spinning P for
 # netpollspin (a ping-pong and its echo peer pinned to CPUs 0 and 1 with
-# taskset), n+1 eventpoll fds and Ms waiting on single shards for
+# taskset), n eventpoll fds and Ms waiting on single shards for
 # netpollshards. It runs every step, prints a summary, and exits 1 if any
 # step failed.
 #
@@ -66,6 +69,20 @@ step() { # step NAME CMD...: run and record
 	fi
 }
 
+# past N CMD...: run CMD in the source directory of package N's tests
+# with 300 more fds open (on /dev/null), so that the fds CMD opens are
+# past the first block of 256 fd numbers: under netpollshards they land in
+# shards other than the root, which a test process otherwise never reaches.
+past() {
+	local dir=$goroot/src/$1 i fd
+	shift
+	(
+		cd "$dir" || exit 1
+		for ((i = 0; i < 300; i++)); do exec {fd}</dev/null || exit 1; done
+		exec "$@"
+	)
+}
+
 for s in "${settings[@]}"; do
 	[[ $s == - ]] && s=
 	label=${s:-default}
@@ -73,6 +90,13 @@ for s in "${settings[@]}"; do
 	step "$label: go vet runtime" go vet runtime
 	step "$label: go test net internal/poll os/signal net/http" go test -short -count=1 net internal/poll os/signal net/http
 	step "$label: go test -run Netpoll runtime" go test -short -count=1 -run Netpoll runtime
+	if [[ $s == *netpollshards* ]]; then
+		for p in net net/http; do
+			t=$tmp/${p//\//_}.test
+			[[ -x $t ]] || go test -c -o "$t" "$p" || { failed+=("build $p test"); continue; }
+			step "$label: $p tests with their fds past 300" past "$p" "$t" -test.short -test.count=1
+		done
+	fi
 done
 unset GODEBUG
 
