@@ -282,16 +282,17 @@ func (c checker) spinPingPong(godebug string) ([]byte, error) {
 	if err := peer.Start(); err != nil {
 		return nil, err
 	}
+	// The echo child ends by itself once the ping-pong child's connection
+	// does; on any failure before that, kill it.
+	stop := func() { peer.Process.Kill(); peer.Wait() }
 	addr, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
-		peer.Process.Kill()
-		peer.Wait()
+		stop()
 		return nil, fmt.Errorf("echo child: no address: %v\n%s", err, perr.Bytes())
 	}
 	_, stderr, err := c.child(godebug, nil, []string{"taskset", "-c", "0"}, "pingpong", "-n", strconv.Itoa(c.rounds), "-peer", strings.TrimSpace(addr))
 	if err != nil {
-		peer.Process.Kill()
-		peer.Wait()
+		stop()
 		return nil, err
 	}
 	if err := peer.Wait(); err != nil {
