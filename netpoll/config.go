@@ -85,6 +85,33 @@ func (w Wait) String() string {
 	return "Wait(" + strconv.Itoa(int(w)) + ")"
 }
 
+// SpinPolicy says who sets a poller's spin budget (Config.SpinPolicy).
+type SpinPolicy uint8
+
+const (
+	// SpinDefault, the zero value, follows Config.Spin: a non-zero Spin is
+	// a fixed budget, and Spin 0 never spins.
+	SpinDefault SpinPolicy = iota
+	// SpinAuto lets each poller decide at every idle moment whether to spin
+	// and for how long, from the gaps between its events, whether its
+	// recent spins found an event, and what a block and wakeup cost on the
+	// running machine. Config.Spin must be 0. See doc.go, "Spinning".
+	SpinAuto
+	// SpinFixed makes Config.Spin the budget even when it is 0 (never
+	// spin). It is what NETPOLL's spin=0 parses to.
+	SpinFixed
+)
+
+var spinPolicyNames = [...]string{SpinDefault: "default", SpinAuto: "auto", SpinFixed: "fixed"}
+
+// String returns the short name of the policy.
+func (s SpinPolicy) String() string {
+	if int(s) < len(spinPolicyNames) {
+		return spinPolicyNames[s]
+	}
+	return "SpinPolicy(" + strconv.Itoa(int(s)) + ")"
+}
+
 // maxBusyPollUsecs is the largest busy_poll_usecs the kernel accepts (S32_MAX).
 const maxBusyPollUsecs = 1<<31 - 1
 
@@ -107,6 +134,10 @@ type Config struct {
 	// of microseconds on a virtual machine; a spinning poller sees an event
 	// in one epoll_wait(0), at the price of the CPU it burns while idle.
 	Spin time.Duration
+
+	// SpinPolicy says whether Spin is a fixed budget or the poller decides
+	// (SpinAuto). The zero value follows Spin.
+	SpinPolicy SpinPolicy
 
 	Wait Wait // how a poller blocks when it has no events
 
@@ -149,6 +180,12 @@ func (c Config) validate() error {
 	if c.BusyPoll < 0 || c.BusyPoll > time.Duration(maxBusyPollUsecs)*time.Microsecond {
 		return &ConfigError{"busypoll", c.BusyPoll.String(), "want 0 (off) up to 2^31-1 microseconds"}
 	}
+	if int(c.SpinPolicy) >= len(spinPolicyNames) {
+		return &ConfigError{"spinpolicy", c.SpinPolicy.String(), "want default, auto or fixed"}
+	}
+	if c.SpinPolicy == SpinAuto && c.Spin != 0 {
+		return &ConfigError{"spin", c.Spin.String(), "SpinAuto sets the budget itself: leave Spin 0"}
+	}
 	if c.Sharing == Exclusive && c.Wait == WaitNested {
 		// Measured: with 32 nested pollers every poller woke for each
 		// connection, as many wakeups as WakeAll.
@@ -167,10 +204,25 @@ func (c Config) pollers() int {
 	return c.Pollers
 }
 
-// String renders c in the NETPOLL syntax; ParseConfig(c.String()) == c.
+// spinString renders the spin key: "default", "auto", "forever" or a
+// duration ("0s" is SpinFixed's never).
+func (c Config) spinString() string {
+	switch {
+	case c.SpinPolicy == SpinAuto:
+		return "auto"
+	case c.SpinPolicy == SpinDefault && c.Spin == 0:
+		return "default"
+	case c.Spin < 0:
+		return "forever"
+	}
+	return c.Spin.String()
+}
+
+// String renders c in the NETPOLL syntax; ParseConfig(c.String()) == c for
+// every c that ParseConfig returns.
 func (c Config) String() string {
 	s := fmt.Sprintf("mode=%s,pollers=%d,sharing=%s,spin=%s,wait=%s",
-		c.Mode, c.pollers(), c.Sharing, c.Spin, c.Wait)
+		c.Mode, c.pollers(), c.Sharing, c.spinString(), c.Wait)
 	if c.BusyPoll != 0 {
 		s += ",busypoll=" + c.BusyPoll.String()
 	}
@@ -180,7 +232,8 @@ func (c Config) String() string {
 // ParseConfig parses the NETPOLL syntax: comma-separated key=value pairs,
 // for example "mode=oneshot,pollers=2,spin=50us". Keys: mode (et, oneshot,
 // lt), pollers (a count), sharing (single, exclusive, wakeall, reuseport),
-// spin (a duration, 0, or "forever" for a negative budget), wait (nested,
+// spin (a duration, 0 to never spin, "forever" for a negative budget, or
+// "auto" for SpinAuto, "default" for the zero value), wait (nested,
 // block, yield), busypoll (a duration). Unset keys keep their zero value. An unknown key, a
 // repeated key or a bad value is a *ConfigError naming it.
 func ParseConfig(s string) (Config, error) {
@@ -239,15 +292,24 @@ func (c *Config) set(k, v string) error {
 		}
 		c.BusyPoll = d
 	case "spin":
-		if v == "forever" {
+		switch v {
+		case "default":
+			return nil
+		case "auto":
+			c.SpinPolicy = SpinAuto
+			return nil
+		case "forever":
 			c.Spin = -1
 			return nil
 		}
 		d, err := time.ParseDuration(v)
 		if err != nil {
-			return &ConfigError{k, v, `want a duration such as 50us, 0, or "forever"`}
+			return &ConfigError{k, v, `want a duration such as 50us, 0, "forever", "auto" or "default"`}
 		}
 		c.Spin = d
+		if d == 0 {
+			c.SpinPolicy = SpinFixed // explicit: never spin, whatever the default
+		}
 	default:
 		return &ConfigError{"key", k, "known keys are mode, pollers, sharing, spin, wait, busypoll"}
 	}

@@ -18,6 +18,9 @@ func TestParseConfig(t *testing.T) {
 		{"mode=lt, spin=50us ,wait=block", netpoll.Config{Mode: netpoll.LevelTriggered, Spin: 50 * time.Microsecond, Wait: netpoll.WaitBlock}},
 		{"mode=edge,sharing=exclusive,spin=forever,wait=block", netpoll.Config{Sharing: netpoll.Exclusive, Spin: -1, Wait: netpoll.WaitBlock}},
 		{"busypoll=50us", netpoll.Config{BusyPoll: 50 * time.Microsecond}},
+		{"spin=auto", netpoll.Config{SpinPolicy: netpoll.SpinAuto}},
+		{"spin=0", netpoll.Config{SpinPolicy: netpoll.SpinFixed}},
+		{"spin=default", netpoll.Config{}},
 		{"mode=level,sharing=reuseport,wait=yield", netpoll.Config{Mode: netpoll.LevelTriggered, Sharing: netpoll.ReusePort, Wait: netpoll.WaitYield}},
 	} {
 		got, err := netpoll.ParseConfig(tt.in)
@@ -55,6 +58,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"mode=et,mode=lt", "mode", "lt"},
 		{"sharing=exclusive", "sharing", "exclusive"},
 		{"busypoll=-1us", "busypoll", "-1us"},
+		{"spin=Auto", "spin", "Auto"},
 	} {
 		_, err := netpoll.ParseConfig(tt.in)
 		var ce *netpoll.ConfigError
@@ -74,6 +78,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{netpoll.Config{Pollers: netpoll.MaxPollers + 1}, "pollers"},
 		{netpoll.Config{Sharing: 9}, "sharing"},
 		{netpoll.Config{Wait: 9}, "wait"},
+		{netpoll.Config{SpinPolicy: 9}, "spinpolicy"},
+		{netpoll.Config{SpinPolicy: netpoll.SpinAuto, Spin: time.Millisecond}, "spin"},
 	} {
 		g, err := netpoll.New(tt.cfg)
 		var ce *netpoll.ConfigError
@@ -87,7 +93,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 }
 
 func FuzzParseConfig(f *testing.F) {
-	for _, s := range []string{"", "mode=et", "mode=oneshot,pollers=2", "spin=forever,wait=block", "sharing=exclusive,spin=1ms,wait=yield", "pollers=x", "a=b=c", ",,,"} {
+	for _, s := range []string{"", "mode=et", "mode=oneshot,pollers=2", "spin=forever,wait=block", "spin=auto", "spin=0", "spin=default", "sharing=exclusive,spin=1ms,wait=yield", "pollers=x", "a=b=c", ",,,"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

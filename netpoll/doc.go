@@ -106,6 +106,36 @@
 // epoll_wait(0) after it happens instead of through a kernel wakeup. Stats
 // count spin polls and the polls that found events.
 //
+// Config.SpinPolicy = SpinAuto (NETPOLL spin=auto) lets each poller decide
+// at every idle moment, the moment a poll after events finds nothing,
+// whether to spin and for how long:
+//
+//   - W, what a block and wakeup cost here, is measured once per process
+//     when the first SpinAuto group starts: the median round trip of two
+//     goroutines passing a byte over two pipes through the runtime's
+//     netpoller (Stats.WakeCost). Nothing about the machine is hard-coded.
+//   - The budget B = 2W, at most 1ms (Stats.SpinBudget). A spin that finds
+//     no event within B ends, and the poller blocks.
+//   - The poller keeps an estimate p of how often a spin of B finds an
+//     event, a moving average over its idle periods: a spin that found an
+//     event counts as a hit, one that used up B as a miss, and an idle
+//     period it blocked through as a hit if the next event came within B,
+//     a miss if it took more than 2B.
+//   - It spins when p >= 1/2. Otherwise it spins only on every 16th idle
+//     moment, a probe that notices when the traffic turns back to back.
+//   - At most max(1, GOMAXPROCS-1) pollers spin at once in the process,
+//     and a spinning poller yields its P after every poll.
+//
+// The bound: in one idle period a SpinAuto poller spins at most B = 2W, the
+// ski-rental budget that is never worse than twice the best choice made in
+// hindsight (Karlin et al., SOSP 1991). While its spins mostly fail it spins
+// in one idle period in 16, so its spinning averages at most B/16 per idle
+// period. An idle poller stops spinning at most B (<= 1ms) after its last
+// event and then blocks, using no CPU. Stats count the idle periods it
+// spun through (SpinDecisions), the spins that found an event (SpinFound)
+// or gave up (SpinGaveUp) and the time spent in them (SpinTime). The
+// policy and its constants are in spin_linux.go.
+//
 // Config.BusyPoll sets Linux 6.9+ per-epoll kernel busy polling
 // (EPIOCSPARAMS): epoll_wait polls the device's NAPI queue before sleeping.
 // It needs a NAPI device with busy polling and does nothing on loopback.

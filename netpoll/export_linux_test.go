@@ -3,6 +3,7 @@ package netpoll
 import (
 	"runtime"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -99,3 +100,14 @@ func PollerOf(c any) int { return descOf(c).p.id }
 func BusyPollParams(g *Group, i int) (usecs uint32, budget uint16, err error) {
 	return busyPollParams(g.pollers[i].epfd)
 }
+
+// SetWakeCost makes SpinAuto groups created from now on take w as the
+// measured wakeup cost W (budget autoSpinK·w, at most autoSpinMax); the
+// returned func restores the measurement.
+func SetWakeCost(w time.Duration) (restore func()) {
+	wakeCostOverride.Store(int64(w))
+	return func() { wakeCostOverride.Store(0) }
+}
+
+// AutoSpinMax is the cap on SpinAuto's budget.
+const AutoSpinMax = autoSpinMax

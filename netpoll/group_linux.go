@@ -76,6 +76,10 @@ func (g *Group) Stats() Stats {
 	for i, p := range g.pollers {
 		s.Pollers[i] = p.stats()
 		s.Total.add(&s.Pollers[i])
+		if p.auto != nil {
+			s.SpinBudget = p.auto.budget
+			s.WakeCost, _ = wakeCost() // measured already: New succeeded
+		}
 	}
 	return s
 }

@@ -51,6 +51,7 @@ type poller struct {
 	mode Mode
 	wait Wait
 	spin time.Duration // Config.Spin
+	auto *autoSpin     // SpinAuto's state, nil otherwise
 
 	table fdTable
 
@@ -74,6 +75,10 @@ type pollerCounters struct {
 	emptyWakeups   atomic.Uint64 // wakeups whose first poll woke no goroutine
 	spinPolls      atomic.Uint64 // epoll_wait(0) calls made while spinning
 	spinHits       atomic.Uint64 // spin polls that returned events
+	spinDecisions  atomic.Uint64 // SpinAuto: idle periods it chose to spin through
+	spinFound      atomic.Uint64 // SpinAuto: of those, spins that found an event
+	spinGaveUp     atomic.Uint64 // SpinAuto: of those, spins that used up the budget
+	spinNanos      atomic.Uint64 // SpinAuto: time spent in those spins
 	events         atomic.Uint64 // events returned
 	stale          atomic.Uint64 // events dropped: fd closed or generation reused
 	ctlAdd         atomic.Uint64
@@ -93,6 +98,13 @@ func newPoller(id int, cfg Config) (p *poller, err error) {
 			p.closeFDs()
 		}
 	}()
+	if cfg.SpinPolicy == SpinAuto {
+		w, err := wakeCost()
+		if err != nil {
+			return nil, err
+		}
+		p.auto = newAutoSpin(w)
+	}
 	if p.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
 		return nil, os.NewSyscallError("epoll_create1", err)
 	}
@@ -133,6 +145,9 @@ func (p *poller) start() error {
 	}
 	go func() {
 		defer close(p.stopped)
+		if p.auto != nil {
+			defer p.auto.release()
+		}
 		switch p.wait {
 		case WaitNested:
 			p.runNested(nested)
@@ -244,12 +259,16 @@ func (p *poller) runNested(f *os.File) {
 
 // spinning reports, after a poll that returned n events, whether the loop
 // should poll again without blocking: Spin < 0 always, Spin > 0 until Spin
-// has passed since events were last seen. It counts the spin poll to come.
+// has passed since events were last seen, SpinAuto as autoSpin.next
+// decides. It counts the spin poll to come.
 func (p *poller) spinning(n int) bool {
-	if p.spin == 0 {
+	if p.auto != nil {
+		if !p.auto.next(n, monoNow(), &p.st) {
+			return false
+		}
+	} else if p.spin == 0 {
 		return false
-	}
-	if p.spin > 0 {
+	} else if p.spin > 0 {
 		now := time.Now()
 		if n > 0 {
 			p.lastEvent = now
@@ -492,6 +511,10 @@ func (p *poller) stats() PollerStats {
 		EmptyWakeups:   p.st.emptyWakeups.Load(),
 		SpinPolls:      p.st.spinPolls.Load(),
 		SpinHits:       p.st.spinHits.Load(),
+		SpinDecisions:  p.st.spinDecisions.Load(),
+		SpinFound:      p.st.spinFound.Load(),
+		SpinGaveUp:     p.st.spinGaveUp.Load(),
+		SpinTime:       time.Duration(p.st.spinNanos.Load()),
 		Events:         p.st.events.Load(),
 		StaleEvents:    p.st.stale.Load(),
 		CtlAdd:         p.st.ctlAdd.Load(),

@@ -222,6 +222,42 @@ func TestSpinBudget(t *testing.T) {
 	}
 }
 
+// TestSpinAuto: with SpinAuto and back-to-back traffic the poller spins
+// through idle periods and finds the events by spinning; once the traffic
+// stops it gives up within its budget and blocks. The wakeup cost is set
+// to 500µs (budget 1ms), so that a ping-pong's gaps are inside the budget
+// even under the race detector on a loaded machine.
+func TestSpinAuto(t *testing.T) {
+	defer netpoll.SetWakeCost(500 * time.Microsecond)()
+	for _, wait := range []netpoll.Wait{netpoll.WaitNested, netpoll.WaitBlock, netpoll.WaitYield} {
+		t.Run("wait="+wait.String(), func(t *testing.T) {
+			g := newGroup(t, netpoll.Config{SpinPolicy: netpoll.SpinAuto, Wait: wait})
+			client, server := pipe(t, g, listen(t, g, "tcp"))
+			pingPongConn(t, client, server, 2000)
+			s := g.Stats()
+			if s.SpinBudget != netpoll.AutoSpinMax || s.WakeCost != 500*time.Microsecond {
+				t.Errorf("Stats: wake cost %v, budget %v; want 500µs, %v", s.WakeCost, s.SpinBudget, netpoll.AutoSpinMax)
+			}
+			if s.Total.SpinDecisions == 0 || s.Total.SpinFound == 0 {
+				t.Errorf("no spin found an event in 2000 round trips: %d spins, %d found, %d gave up",
+					s.Total.SpinDecisions, s.Total.SpinFound, s.Total.SpinGaveUp)
+			}
+			done, expired := watchdog(t, time.Minute)
+			defer done()
+			settled := func() bool {
+				s := g.Stats().Total
+				return s.BlockingWaits == s.Wakeups+1 && s.SpinFound+s.SpinGaveUp == s.SpinDecisions
+			}
+			if !await(expired, settled) {
+				t.Fatalf("poller never stopped spinning and blocked after traffic stopped: %+v", g.Stats().Total)
+			}
+			if s := g.Stats().Total; s.SpinTime <= 0 || s.SpinGaveUp == 0 {
+				t.Errorf("after idle: spin time %v, %d spins gave up; want the last spin given up", s.SpinTime, s.SpinGaveUp)
+			}
+		})
+	}
+}
+
 // pingPongConn sends rounds one-byte round trips from client to server and
 // back.
 func pingPongConn(t *testing.T, client, server net.Conn, rounds int) {

@@ -97,10 +97,10 @@ func TestSoak(t *testing.T) {
 			if sh == netpoll.Exclusive {
 				waits = []netpoll.Wait{netpoll.WaitBlock, netpoll.WaitYield} // New refuses exclusive with nested pollers
 			}
-			for _, spin := range []time.Duration{0, time.Millisecond, -1} {
+			for _, sp := range spins {
 				for _, wait := range waits {
-					cfg := netpoll.Config{Mode: mode, Pollers: 2, Sharing: sh, Spin: spin, Wait: wait}
-					name := fmt.Sprintf("mode=%s/sharing=%s/spin=%s/wait=%s", mode, sh, spinName(spin), wait)
+					cfg := netpoll.Config{Mode: mode, Pollers: 2, Sharing: sh, Spin: sp.Spin, SpinPolicy: sp.SpinPolicy, Wait: wait}
+					name := fmt.Sprintf("mode=%s/sharing=%s/spin=%s/wait=%s", mode, sh, spinName(sp), wait)
 					t.Run(name, func(t *testing.T) {
 						r := soak(t, cfg, conns, rounds, pool, seed+uint64(configs))
 						total.roundTrips += r.roundTrips
@@ -115,11 +115,18 @@ func TestSoak(t *testing.T) {
 		configs, conns, total.roundTrips, total.bytes, float64(total.bytes)/(1<<20), time.Since(start).Round(time.Millisecond))
 }
 
-func spinName(d time.Duration) string {
-	if d < 0 {
+// spins are the spin settings every soak and leak test runs: never, a
+// fixed budget, forever, and SpinAuto.
+var spins = []netpoll.Config{{}, {Spin: time.Millisecond}, {Spin: -1}, {SpinPolicy: netpoll.SpinAuto}}
+
+func spinName(c netpoll.Config) string {
+	switch {
+	case c.SpinPolicy == netpoll.SpinAuto:
+		return "auto"
+	case c.Spin < 0:
 		return "forever"
 	}
-	return d.String()
+	return c.Spin.String()
 }
 
 // soakTally counts one client's work: round trips and payload bytes sent

@@ -1,16 +1,22 @@
 package netpoll
 
+import "time"
+
 // PollerStats counts one poller's work since its group was created. Every
 // counter only grows, except Descriptors.
 type PollerStats struct {
-	EpollWaits    uint64 // epoll_wait calls
-	BlockingWaits uint64 // times the poller blocked: epoll_wait(-1), or parked (WaitNested)
-	Wakeups       uint64 // blocking waits that returned
-	EmptyWakeups  uint64 // wakeups whose first poll woke no goroutine
-	SpinPolls     uint64 // epoll_wait(0) calls made while spinning (Config.Spin)
-	SpinHits      uint64 // spin polls that returned events
-	Events        uint64 // events returned by epoll_wait
-	StaleEvents   uint64 // events for a closed fd or an old generation, dropped
+	EpollWaits    uint64        // epoll_wait calls
+	BlockingWaits uint64        // times the poller blocked: epoll_wait(-1), or parked (WaitNested)
+	Wakeups       uint64        // blocking waits that returned
+	EmptyWakeups  uint64        // wakeups whose first poll woke no goroutine
+	SpinPolls     uint64        // epoll_wait(0) calls made while spinning (Config.Spin)
+	SpinHits      uint64        // spin polls that returned events
+	SpinDecisions uint64        // SpinAuto: idle periods the poller chose to spin through
+	SpinFound     uint64        // SpinAuto: spins that found an event within the budget
+	SpinGaveUp    uint64        // SpinAuto: spins that used up the budget and blocked
+	SpinTime      time.Duration // SpinAuto: time spent in those spins
+	Events        uint64        // events returned by epoll_wait
+	StaleEvents   uint64        // events for a closed fd or an old generation, dropped
 
 	CtlAdd uint64 // EPOLL_CTL_ADD calls
 	CtlMod uint64 // EPOLL_CTL_MOD calls (OneShot re-arms, LevelTriggered EPOLLOUT)
@@ -33,6 +39,12 @@ type PollerStats struct {
 type Stats struct {
 	Pollers []PollerStats
 	Total   PollerStats
+
+	// SpinAuto only (zero otherwise): W, what a block and wakeup cost as
+	// measured in this process, and B, the most a poller spins in one idle
+	// period. See doc.go, "Spinning".
+	WakeCost   time.Duration
+	SpinBudget time.Duration
 }
 
 func (s *PollerStats) add(o *PollerStats) {
@@ -41,6 +53,10 @@ func (s *PollerStats) add(o *PollerStats) {
 	s.Wakeups += o.Wakeups
 	s.SpinPolls += o.SpinPolls
 	s.SpinHits += o.SpinHits
+	s.SpinDecisions += o.SpinDecisions
+	s.SpinFound += o.SpinFound
+	s.SpinGaveUp += o.SpinGaveUp
+	s.SpinTime += o.SpinTime
 	s.Events += o.Events
 	s.EmptyWakeups += o.EmptyWakeups
 	s.StaleEvents += o.StaleEvents

@@ -108,13 +108,13 @@ func TestCloseLeavesNothing(t *testing.T) {
 			if sh == netpoll.Exclusive && wait == netpoll.WaitNested {
 				continue // refused by New
 			}
-			for _, spin := range []time.Duration{0, time.Millisecond, -1} {
-				cfgs = append(cfgs, netpoll.Config{Wait: wait, Pollers: 3, Sharing: sh, Spin: spin})
+			for _, sp := range spins {
+				cfgs = append(cfgs, netpoll.Config{Wait: wait, Pollers: 3, Sharing: sh, Spin: sp.Spin, SpinPolicy: sp.SpinPolicy})
 			}
 		}
 	}
 	for _, cfg := range cfgs {
-		t.Run(fmt.Sprintf("wait=%s/sharing=%s/spin=%s", cfg.Wait, cfg.Sharing, cfg.Spin), func(t *testing.T) {
+		t.Run(fmt.Sprintf("wait=%s/sharing=%s/spin=%s", cfg.Wait, cfg.Sharing, spinName(cfg)), func(t *testing.T) {
 			goroutines, fds := runtime.NumGoroutine(), countFDs(t)
 			g, err := netpoll.New(cfg)
 			if err != nil {

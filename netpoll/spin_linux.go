@@ -1,0 +1,272 @@
+package netpoll
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Adaptive spinning (SpinAuto): the policy and its bound. doc.go,
+// "Spinning", says the same for users.
+//
+// Spinning after events stop saves the block and wakeup that the next
+// event would otherwise cost, and wastes the CPU it burns if no event comes
+// in time. Spin-then-block is the classic answer (ski rental; Karlin, Li,
+// Manasse, Owicki, SOSP 1991): spinning for about what a block and wakeup
+// cost is never worse than twice the best choice made in hindsight. A
+// poller that has seen its recent idle gaps can do better than spinning
+// every time, so the policy spins only where recent spins paid.
+//
+//   - W is what a block and wakeup cost on the running machine, measured
+//     once per process (wakeCost): the median round trip of two goroutines
+//     passing a byte over two pipes through the runtime's netpoller, each
+//     parking until the other's write wakes it.
+//   - The budget B = autoSpinK·W, at most autoSpinMax. One idle period
+//     spins at most B.
+//   - p estimates how often a spin of B finds an event: an exponentially
+//     weighted average (weight 1/autoSpinWeight) of one observation per
+//     idle period. A spin that found an event is a hit, one that used up B
+//     a miss. An idle period the poller blocked through is a hit if the
+//     next event came within B of the block (wakeup included), a miss if
+//     it took more than 2B, and no observation in between: the block's
+//     own wakeup latency hides whether a spin would have caught it.
+//   - At each idle moment the poller spins if p >= 1/2. Otherwise it spins
+//     only on every autoSpinProbe-th idle moment, a probe that keeps p
+//     honest when the traffic changes.
+//   - At most max(1, GOMAXPROCS-1) pollers spin at once, process-wide, and
+//     a spinning poller yields its P after every epoll_wait(0), so the
+//     goroutines it woke and any other runnable goroutine run first.
+//
+// The bound: the CPU spent spinning in one idle period is at most B =
+// autoSpinK·W. While spins mostly fail (p < 1/2), the poller spins in one
+// idle period in autoSpinProbe, so its spinning averages at most
+// B/autoSpinProbe per idle period. An idle poller stops spinning at most B
+// (<= autoSpinMax = 1ms) after its last event, and then blocks: no CPU.
+const (
+	autoSpinK      = 2
+	autoSpinMax    = time.Millisecond
+	autoSpinWeight = 8  // p moves 1/8 of the way to each observation
+	autoSpinProbe  = 16 // with p < 1/2, spin on one idle moment in 16
+	autoSpinOne    = 256
+)
+
+// wakeCost returns W, measured on first use and kept for the process.
+// wakeCostOverride, set by tests, replaces the measurement.
+func wakeCost() (time.Duration, error) {
+	wake.once.Do(func() {
+		wake.w, wake.err = measureWakeRoundTrip(8, 32)
+	})
+	if d := wakeCostOverride.Load(); d != 0 {
+		return time.Duration(d), nil
+	}
+	return wake.w, wake.err
+}
+
+var (
+	wake struct {
+		once sync.Once
+		w    time.Duration
+		err  error
+	}
+	wakeCostOverride atomic.Int64
+)
+
+// measureWakeRoundTrip times rounds round trips (after warm ones) of a byte
+// sent over one pipe and echoed back over another by a second goroutine,
+// and returns the median. Both ends park in the runtime's netpoller, so a
+// round trip is two blocks and two wakeups as the scheduler delivers them
+// here: through the kernel when another P sleeps (GOMAXPROCS > 1), through
+// the scheduler's own poll when the only P switches goroutines.
+func measureWakeRoundTrip(warm, rounds int) (time.Duration, error) {
+	r1, w1, err := os.Pipe()
+	if err != nil {
+		return 0, fmt.Errorf("netpoll: measuring the wakeup cost for SpinAuto: %w", err)
+	}
+	defer r1.Close()
+	r2, w2, err := os.Pipe()
+	if err != nil {
+		w1.Close()
+		return 0, fmt.Errorf("netpoll: measuring the wakeup cost for SpinAuto: %w", err)
+	}
+	defer r2.Close()
+	echoed := make(chan struct{})
+	go func() {
+		defer close(echoed)
+		defer w2.Close()
+		var b [1]byte
+		for {
+			if _, err := r1.Read(b[:]); err != nil {
+				return // EOF: w1 closed
+			}
+			if _, err := w2.Write(b[:]); err != nil {
+				return
+			}
+		}
+	}()
+	trips := make([]time.Duration, 0, rounds)
+	var b [1]byte
+	for i := range warm + rounds {
+		start := time.Now()
+		if _, err = w1.Write(b[:]); err == nil {
+			_, err = r2.Read(b[:])
+		}
+		if err != nil {
+			break
+		}
+		if i >= warm {
+			trips = append(trips, time.Since(start))
+		}
+	}
+	w1.Close()
+	<-echoed
+	if err != nil {
+		return 0, fmt.Errorf("netpoll: measuring the wakeup cost for SpinAuto: %w", err)
+	}
+	slices.Sort(trips)
+	return trips[len(trips)/2], nil
+}
+
+// autoBudget returns B for a wakeup cost w.
+func autoBudget(w time.Duration) time.Duration {
+	return min(autoSpinK*w, autoSpinMax)
+}
+
+// spinners counts the SpinAuto pollers spinning now, process-wide.
+var spinners atomic.Int32
+
+// acquireSpinner takes one of the max(1, GOMAXPROCS-1) spinning slots.
+func acquireSpinner() bool {
+	limit := int32(max(1, runtime.GOMAXPROCS(0)-1))
+	for {
+		n := spinners.Load()
+		if n >= limit {
+			return false
+		}
+		if spinners.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// spinPhase is where an autoSpin poller is between polls.
+type spinPhase uint8
+
+const (
+	// phaseBusy: the last poll returned events and the poller chose to
+	// poll again after yielding. The loop moves here on events, and out of
+	// it on the next poll: into phaseSpin if that poll found nothing.
+	phaseBusy spinPhase = iota
+	// phaseSpin: an idle period in which the poller spins until spinUntil.
+	// Left on the poll that finds events (a hit) or the first at or past
+	// spinUntil (a miss, into phaseBlock).
+	phaseSpin
+	// phaseBlock: an idle period in which the poller blocks (or is about
+	// to). Left on the poll that finds events.
+	phaseBlock
+)
+
+// autoSpin is one poller's SpinAuto state. Only the poller's loop goroutine
+// touches it; what Stats reads is in pollerCounters.
+type autoSpin struct {
+	budget    time.Duration // B
+	p         int32         // hit rate of a spin of B, in 1/autoSpinOne
+	probe     uint32        // idle moments decided with p < 1/2
+	phase     spinPhase
+	idleStart time.Duration // when the current idle period began (monoNow)
+	spinUntil time.Duration // end of the current spin (phaseSpin)
+	slot      bool          // holds a spinners slot
+}
+
+func newAutoSpin(w time.Duration) *autoSpin {
+	return &autoSpin{budget: autoBudget(w), phase: phaseBlock, idleStart: monoNow()}
+}
+
+var monoEpoch = time.Now()
+
+// monoNow is the monotonic clock as a Duration since the package started.
+func monoNow() time.Duration { return time.Since(monoEpoch) }
+
+// next is SpinAuto's answer, after a poll at now that returned n events, to
+// whether the loop should yield and poll again (true) or block (false).
+func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
+	if n > 0 {
+		switch a.phase {
+		case phaseSpin:
+			a.observe(true)
+			st.spinFound.Add(1)
+			st.spinNanos.Add(uint64(now - a.idleStart))
+		case phaseBlock:
+			if gap := now - a.idleStart; gap <= a.budget {
+				a.observe(true)
+			} else if gap > 2*a.budget {
+				a.observe(false)
+			}
+		}
+		a.phase = phaseBusy
+		if a.wantSpin() {
+			return true // the idle period starts at the first poll that finds nothing
+		}
+		a.block(now)
+		return false
+	}
+	switch a.phase {
+	case phaseBusy:
+		a.phase, a.idleStart, a.spinUntil = phaseSpin, now, now+a.budget
+		st.spinDecisions.Add(1)
+		return true
+	case phaseSpin:
+		if now < a.spinUntil {
+			return true
+		}
+		a.observe(false)
+		st.spinGaveUp.Add(1)
+		st.spinNanos.Add(uint64(now - a.idleStart))
+		a.phase = phaseBlock // the idle period goes on, already observed
+		a.release()
+		return false
+	}
+	return false // phaseBlock: a wakeup with nothing to do
+}
+
+// wantSpin decides, at an idle moment, whether to spin through it.
+func (a *autoSpin) wantSpin() bool {
+	if a.budget <= 0 {
+		return false
+	}
+	spin := a.p >= autoSpinOne/2
+	if !spin {
+		a.probe++
+		spin = a.probe%autoSpinProbe == 0
+	}
+	if spin && !a.slot {
+		a.slot = acquireSpinner()
+		spin = a.slot
+	}
+	return spin
+}
+
+// block starts an idle period spent blocked.
+func (a *autoSpin) block(now time.Duration) {
+	a.phase, a.idleStart = phaseBlock, now
+	a.release()
+}
+
+func (a *autoSpin) observe(hit bool) {
+	target := int32(0)
+	if hit {
+		target = autoSpinOne
+	}
+	a.p += (target - a.p) / autoSpinWeight
+}
+
+// release gives back the spinning slot, if held.
+func (a *autoSpin) release() {
+	if a.slot {
+		spinners.Add(-1)
+		a.slot = false
+	}
+}

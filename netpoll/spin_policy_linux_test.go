@@ -1,0 +1,251 @@
+package netpoll
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// The SpinAuto policy on a simulated clock: a loop that polls every
+// pollCost while it spins, blocks when the policy says so and is woken
+// wakeLatency after the event that ends the idle period. Each case checks
+// counts and the written bound (spin_linux.go), never the machine's speed.
+
+const (
+	simW           = 5 * time.Microsecond // the wakeup cost the policy is given
+	simPollCost    = 200 * time.Nanosecond
+	simWakeLatency = 7 * time.Microsecond
+)
+
+// simResult is what one simulated run did.
+type simResult struct {
+	periods             int           // idle periods ended by an event
+	spun, found, gaveUp int           // the policy's counters
+	blocked             int           // idle periods the loop blocked in
+	spinTime            time.Duration // the policy's own count of time spun
+	maxPerIdle          time.Duration // the most the loop polled idle in one period
+	idlePolls           int           // empty polls in all, by the simulated loop
+	spunIn              []bool        // per period: the loop polled idle in it
+	pollsAfterLast      int           // empty polls after the last event
+}
+
+// simulate runs the policy a through one event per gap: after each event
+// the loop asks next(1); while it says yes it polls every simPollCost, and
+// a poll at or after the event's time sees it. The last gap never ends:
+// the loop runs until the policy blocks.
+func simulate(t *testing.T, a *autoSpin, gaps []time.Duration) simResult {
+	t.Helper()
+	var st pollerCounters
+	var r simResult
+	now := time.Duration(0)
+	for i, gap := range gaps {
+		last := i == len(gaps)-1
+		event := now + gap
+		empty := 0 // polls in this idle period that found nothing
+		for again := a.next(1, now, &st); again; again = a.next(0, now, &st) {
+			now += simPollCost
+			if now >= event && !last {
+				break // this poll sees the next event
+			}
+			if empty++; empty > 1e7 {
+				t.Fatal("the policy spins without end")
+			}
+		}
+		r.idlePolls += empty
+		r.maxPerIdle = max(r.maxPerIdle, time.Duration(empty)*simPollCost)
+		if last {
+			r.pollsAfterLast = empty
+			break
+		}
+		r.periods++
+		r.spunIn = append(r.spunIn, empty > 1) // more than the yield after events
+		if now < event { // blocked: woken after the event
+			r.blocked++
+			now = event + simWakeLatency
+		}
+	}
+	r.spun = int(st.spinDecisions.Load())
+	r.found, r.gaveUp = int(st.spinFound.Load()), int(st.spinGaveUp.Load())
+	r.spinTime = time.Duration(st.spinNanos.Load())
+	if r.found+r.gaveUp > r.spun || r.spun > r.found+r.gaveUp+1 {
+		t.Errorf("%d spins decided but %d found + %d gave up", r.spun, r.found, r.gaveUp)
+	}
+	return r
+}
+
+func repeat(gap time.Duration, n int) []time.Duration {
+	gaps := make([]time.Duration, n)
+	for i := range gaps {
+		gaps[i] = gap
+	}
+	return gaps
+}
+
+func newSimPolicy(t *testing.T) *autoSpin {
+	a := newAutoSpin(simW)
+	a.idleStart = 0
+	t.Cleanup(a.release)
+	return a
+}
+
+// Back to back (gaps inside B = 2W): the policy learns to spin and then
+// spins through nearly every idle period, finding the event each time. With
+// 3µs gaps a blocked period (gap plus wakeup) already shows a short gap;
+// with 6µs it does not (13µs: between B and 2B), and only the probes teach.
+func TestAutoSpinBackToBack(t *testing.T) {
+	for _, gap := range []time.Duration{3 * time.Microsecond, 6 * time.Microsecond} {
+		a := newSimPolicy(t)
+		r := simulate(t, a, repeat(gap, 2000))
+		if r.gaveUp != 1 { // the spin after the last event, which never ends
+			t.Errorf("gap %v: %d spins gave up with every gap inside the budget, want only the last", gap, r.gaveUp)
+		}
+		// It starts not spinning; probes (one in autoSpinProbe) must turn
+		// it within a few probes, after which every period spins.
+		settled := -1
+		for i := range r.spunIn {
+			if allTrue(r.spunIn[i:]) {
+				settled = i
+				break
+			}
+		}
+		if settled < 0 || settled > 10*autoSpinProbe {
+			t.Fatalf("gap %v: did not settle into spinning every idle period (from period %d of %d; %d spun, %d blocked)", gap, settled, r.periods, r.spun, r.blocked)
+		}
+		if r.found < r.periods-10*autoSpinProbe {
+			t.Errorf("gap %v: found %d events by spinning in %d periods", gap, r.found, r.periods)
+		}
+	}
+}
+
+func allTrue(b []bool) bool {
+	for _, v := range b {
+		if !v {
+			return false
+		}
+	}
+	return true
+}
+
+// Open loop (gaps far beyond B): the policy spins only on probes, one idle
+// period in autoSpinProbe, each at most B.
+func TestAutoSpinLongGaps(t *testing.T) {
+	for _, gap := range []time.Duration{33 * time.Microsecond, 100 * time.Microsecond, 500 * time.Microsecond} {
+		a := newSimPolicy(t)
+		r := simulate(t, a, repeat(gap, 1600))
+		if want := r.periods/autoSpinProbe + 1; r.spun > want {
+			t.Errorf("gap %v: spun in %d of %d idle periods, want at most %d (probes only)", gap, r.spun, r.periods, want)
+		}
+		if r.found != 0 {
+			t.Errorf("gap %v: %d spins found an event beyond the budget", gap, r.found)
+		}
+		checkBound(t, a, r)
+	}
+}
+
+// checkBound checks the written bound: at most B (plus the one poll that
+// crosses it) in any idle period, so at most that per spin in total.
+func checkBound(t *testing.T, a *autoSpin, r simResult) {
+	t.Helper()
+	perIdle := a.budget + 2*simPollCost // the yield poll, B, the poll that crosses B
+	if r.maxPerIdle > perIdle {
+		t.Errorf("polled idle for %v in one idle period, bound B = %v", r.maxPerIdle, a.budget)
+	}
+	if r.spinTime > time.Duration(r.spun)*perIdle {
+		t.Errorf("spun %v over %d spins, bound %v", r.spinTime, r.spun, time.Duration(r.spun)*perIdle)
+	}
+	if all := time.Duration(r.idlePolls) * simPollCost; all > time.Duration(r.spun)*perIdle {
+		t.Errorf("polled idle for %v in all over %d spins, bound %v", all, r.spun, time.Duration(r.spun)*perIdle)
+	}
+}
+
+// Traffic that changes: back to back, then sparse, then back to back. The
+// policy stops spinning within a few missed spins and starts again.
+func TestAutoSpinFollowsTraffic(t *testing.T) {
+	a := newSimPolicy(t)
+	simulate(t, a, repeat(3*time.Microsecond, 500))
+	if a.p < autoSpinOne/2 {
+		t.Fatalf("p = %d/256 after back-to-back traffic, want >= 1/2", a.p)
+	}
+	r := simulate(t, a, repeat(200*time.Microsecond, 800))
+	// From p near 1 to below 1/2 takes 6 misses at weight 1/8.
+	if r.gaveUp > 6+r.periods/autoSpinProbe+1 || r.found != 0 {
+		t.Errorf("sparse traffic: %d spins gave up, %d found in %d periods; want it to stop after 6", r.gaveUp, r.found, r.periods)
+	}
+	checkBound(t, a, r)
+	r = simulate(t, a, repeat(3*time.Microsecond, 500))
+	if r.found < r.periods-10*autoSpinProbe {
+		t.Errorf("back-to-back again: found %d in %d periods", r.found, r.periods)
+	}
+}
+
+// Random gaps from both sides of B: the bound holds in every idle period.
+func TestAutoSpinBoundRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	gaps := make([]time.Duration, 5000)
+	for i := range gaps {
+		gaps[i] = time.Duration(rng.ExpFloat64() * float64(12*time.Microsecond))
+	}
+	a := newSimPolicy(t)
+	r := simulate(t, a, gaps)
+	if r.spun == 0 || r.blocked == 0 {
+		t.Errorf("mixed gaps: spun %d, blocked %d; want both", r.spun, r.blocked)
+	}
+	checkBound(t, a, r)
+}
+
+// Idle: after its last event the poller spins at most B, then blocks.
+func TestAutoSpinStopsWhenIdle(t *testing.T) {
+	a := newSimPolicy(t)
+	gaps := append(repeat(3*time.Microsecond, 500), 0) // the last gap never ends
+	r := simulate(t, a, gaps)
+	if r.pollsAfterLast <= 1 {
+		t.Fatal("no spin after the last event: the policy was not spinning")
+	}
+	if limit := int(a.budget/simPollCost) + 2; r.pollsAfterLast > limit {
+		t.Errorf("%d polls after the last event, want at most %d (B = %v)", r.pollsAfterLast, limit, a.budget)
+	}
+	if a.phase != phaseBlock || a.slot {
+		t.Errorf("after the spin: phase %d, slot %v; want blocked, slot released", a.phase, a.slot)
+	}
+}
+
+// The spinning slots: with every slot taken, a poller that wants to spin
+// blocks instead, and it gets its slot back once one is free.
+func TestAutoSpinSlots(t *testing.T) {
+	a := newSimPolicy(t)
+	a.p = autoSpinOne
+	taken := spinners.Swap(1 << 20)
+	var st pollerCounters
+	if a.next(1, 0, &st) {
+		t.Error("spun with no free spinning slot")
+	}
+	spinners.Store(taken)
+	if !a.next(1, time.Microsecond, &st) || !a.slot {
+		t.Error("did not spin with a free slot")
+	}
+	a.release()
+	if spinners.Load() != taken {
+		t.Errorf("spinners = %d after release, want %d", spinners.Load(), taken)
+	}
+}
+
+// Budget: B = autoSpinK·W, capped at autoSpinMax.
+func TestAutoSpinBudget(t *testing.T) {
+	for _, tt := range []struct{ w, want time.Duration }{
+		{5 * time.Microsecond, 10 * time.Microsecond},
+		{100 * time.Microsecond, 200 * time.Microsecond},
+		{10 * time.Millisecond, autoSpinMax},
+	} {
+		if got := autoBudget(tt.w); got != tt.want {
+			t.Errorf("autoBudget(%v) = %v, want %v", tt.w, got, tt.want)
+		}
+	}
+}
+
+// The measurement: a positive median, and no goroutine or fd left.
+func TestMeasureWakeRoundTrip(t *testing.T) {
+	w, err := measureWakeRoundTrip(2, 16)
+	if err != nil || w <= 0 {
+		t.Fatalf("measureWakeRoundTrip = %v, %v", w, err)
+	}
+}
