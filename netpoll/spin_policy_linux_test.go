@@ -59,7 +59,7 @@ func simulate(t *testing.T, a *autoSpin, gaps []time.Duration) simResult {
 		}
 		r.periods++
 		r.spunIn = append(r.spunIn, empty > 1) // more than the yield after events
-		if now < event { // blocked: woken after the event
+		if now < event {                       // blocked: woken after the event
 			r.blocked++
 			now = event + simWakeLatency
 		}
