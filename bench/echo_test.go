@@ -36,7 +36,10 @@ func netpollImpl(b *testing.B, cfg netpoll.Config) impl {
 		b.Fatal(err)
 	}
 	spin := cfg.Spin.String()
-	if cfg.Spin < 0 {
+	switch {
+	case cfg.SpinPolicy == netpoll.SpinAuto:
+		spin = "auto"
+	case cfg.Spin < 0:
 		spin = "forever"
 	}
 	pollers := max(cfg.Pollers, netpoll.DefaultPollers)
@@ -49,7 +52,8 @@ func netpollImpl(b *testing.B, cfg netpoll.Config) impl {
 }
 
 // impls lists package net and netpoll in every mode with the default wait
-// strategy, every wait strategy in EdgeTriggered mode, and spinning.
+// strategy, every wait strategy in EdgeTriggered mode, and spinning (fixed
+// budgets and SpinAuto).
 func impls(b *testing.B) []func() impl {
 	fs := []func() impl{netImpl}
 	for _, m := range []netpoll.Mode{netpoll.EdgeTriggered, netpoll.OneShot, netpoll.LevelTriggered} {
@@ -61,6 +65,7 @@ func impls(b *testing.B) []func() impl {
 	for _, spin := range []time.Duration{50 * time.Microsecond, -1} {
 		fs = append(fs, func() impl { return netpollImpl(b, netpoll.Config{Spin: spin}) })
 	}
+	fs = append(fs, func() impl { return netpollImpl(b, netpoll.Config{SpinPolicy: netpoll.SpinAuto}) })
 	fs = append(fs, func() impl {
 		return netpollImpl(b, netpoll.Config{Pollers: 2, Sharing: netpoll.Exclusive, Wait: netpoll.WaitBlock})
 	})

@@ -52,7 +52,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *bufSize < 1 {
 		return fmt.Errorf("bad -buf %d: want at least 1", *bufSize)
 	}
-	s, err := f.Listen()
+	s, err := f.Listen(stderr)
 	if err != nil {
 		return err
 	}

@@ -67,7 +67,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *certOut != "" && !*useTLS {
 		return fmt.Errorf("bad -certout %q: needs -tls", *certOut)
 	}
-	s, err := f.Listen()
+	s, err := f.Listen(stderr)
 	if err != nil {
 		return err
 	}

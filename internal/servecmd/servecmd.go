@@ -30,6 +30,7 @@ type Flags struct {
 	Addr       string
 	Lifetime   time.Duration
 	CPUProfile string
+	Stats      bool
 }
 
 // Register adds the common flags to fs.
@@ -38,12 +39,13 @@ func (f *Flags) Register(fs *flag.FlagSet, defaultAddr string) {
 	fs.StringVar(&f.Mode, "mode", "et", "netpoll registration mode: et, oneshot or lt")
 	fs.IntVar(&f.Pollers, "pollers", 0, "netpoll pollers (0: the library default)")
 	fs.StringVar(&f.Sharing, "sharing", "single", "netpoll listener sharing: single, exclusive, wakeall or reuseport")
-	fs.StringVar(&f.Spin, "spin", "0", `netpoll spin budget: a duration, 0, or "forever"`)
+	fs.StringVar(&f.Spin, "spin", "0", `netpoll spin: a budget (a duration, 0, or "forever"), "auto" or "default"`)
 	fs.StringVar(&f.Wait, "wait", "nested", "netpoll wait strategy: nested, block or yield")
 	fs.StringVar(&f.Network, "net", "tcp", "network: tcp, tcp4, tcp6 or unix")
 	fs.StringVar(&f.Addr, "addr", defaultAddr, "address to listen on")
 	fs.DurationVar(&f.Lifetime, "lifetime", 0, "exit after this long (0: run until interrupted)")
 	fs.StringVar(&f.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	fs.BoolVar(&f.Stats, "stats", false, "print the netpoll group's counters to stderr on exit")
 }
 
 // Config returns the netpoll Config the flags describe, through
@@ -71,11 +73,13 @@ type Server struct {
 	Group    *netpoll.Group // nil for -impl net
 	flags    *Flags
 	profile  *os.File
+	stderr   io.Writer // for -stats
 }
 
 // Listen builds the listener the flags ask for and starts the CPU profile.
-func (f *Flags) Listen() (*Server, error) {
-	s := &Server{flags: f}
+// With -stats, Close prints the group's counters to stderr.
+func (f *Flags) Listen(stderr io.Writer) (*Server, error) {
+	s := &Server{flags: f, stderr: stderr}
 	var err error
 	switch f.Impl {
 	case "net":
@@ -146,6 +150,21 @@ func (s *Server) Close() {
 		s.Listener.Close()
 	}
 	if s.Group != nil {
+		if s.flags.Stats {
+			PrintStats(s.stderr, s.Group.Stats())
+		}
 		s.Group.Close()
 	}
+}
+
+// PrintStats writes a group's summed counters as one line of key=value
+// pairs, spin counters and the SpinAuto calibration included.
+func PrintStats(w io.Writer, st netpoll.Stats) {
+	t := st.Total
+	fmt.Fprintf(w, "netpoll stats: epoll-waits=%d blocking-waits=%d wakeups=%d empty-wakeups=%d events=%d "+
+		"spin-polls=%d spin-hits=%d spin-decisions=%d spin-found=%d spin-gave-up=%d spin-time=%v "+
+		"wake-cost=%v spin-budget=%v read-parks=%d write-parks=%d eagain=%d\n",
+		t.EpollWaits, t.BlockingWaits, t.Wakeups, t.EmptyWakeups, t.Events,
+		t.SpinPolls, t.SpinHits, t.SpinDecisions, t.SpinFound, t.SpinGaveUp, t.SpinTime,
+		st.WakeCost, st.SpinBudget, t.ReadParks, t.WriteParks, t.EAGAIN)
 }
