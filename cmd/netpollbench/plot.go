@@ -48,11 +48,17 @@ func drawPlots(dir string, srvs []server, cells []cell, rs []result) ([]string, 
 			}
 		}
 	}
-	var sizes []int
+	var sizes, conns []int
 	for _, c := range cells {
 		if !slices.Contains(sizes, c.size) {
 			sizes = append(sizes, c.size)
 		}
+		if !slices.Contains(conns, c.conns) {
+			conns = append(conns, c.conns)
+		}
+	}
+	if len(conns) < 2 {
+		return files, nil // a line against connections needs two counts (and a log axis two values)
 	}
 	for _, size := range sizes {
 		p := plot.New()
