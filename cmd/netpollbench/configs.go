@@ -23,6 +23,7 @@ var servers = []server{
 	{"oneshot", "cfg=oneshot/impl=netpoll/mode=oneshot/spin=0", "echoserver", []string{"-impl", "netpoll", "-mode", "oneshot"}},
 	{"lt", "cfg=lt/impl=netpoll/mode=lt/spin=0", "echoserver", []string{"-impl", "netpoll", "-mode", "lt"}},
 	{"spin", "cfg=spin/impl=netpoll/mode=et/spin=forever", "echoserver", []string{"-impl", "netpoll", "-spin", "forever"}},
+	{"auto", "cfg=auto/impl=netpoll/mode=et/spin=auto", "echoserver", []string{"-impl", "netpoll", "-spin", "auto"}},
 	{"gnet", "cfg=gnet/impl=gnet", "gnetecho", nil},
 	{"nbio", "cfg=nbio/impl=nbio", "nbioecho", nil},
 	{"cloudwego", "cfg=cloudwego/impl=cloudwego", "cloudwegoecho", nil},
@@ -30,8 +31,8 @@ var servers = []server{
 }
 
 var (
-	defaultConfigs = []string{"net", "et", "oneshot", "spin", "gnet", "nbio", "cloudwego", "c"}
-	fullConfigs    = []string{"net", "et", "oneshot", "lt", "spin", "gnet", "nbio", "cloudwego", "c"}
+	defaultConfigs = []string{"net", "et", "oneshot", "spin", "auto", "gnet", "nbio", "cloudwego", "c"}
+	fullConfigs    = []string{"net", "et", "oneshot", "lt", "spin", "auto", "gnet", "nbio", "cloudwego", "c"}
 )
 
 // pickServers resolves a comma-separated list of names.
