@@ -52,9 +52,16 @@ func pickServers(names []string) ([]server, error) {
 	return out, nil
 }
 
-// cell is one load shape.
+// cell is one load shape: connections, message size, and the total rate of
+// an open loop (requests/s; 0 runs a closed loop).
 type cell struct {
 	conns, size int
+	rate        float64
 }
 
-func (c cell) String() string { return fmt.Sprintf("conns=%d/size=%d", c.conns, c.size) }
+func (c cell) String() string {
+	if c.rate > 0 {
+		return fmt.Sprintf("conns=%d/size=%d/rate=%s", c.conns, c.size, rateLabel(c.rate))
+	}
+	return fmt.Sprintf("conns=%d/size=%d", c.conns, c.size)
+}

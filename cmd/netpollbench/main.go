@@ -1,14 +1,26 @@
 // Command netpollbench runs the comparison: each configuration (package net,
-// netpoll's modes and spinning poller, the peer libraries gnet, nbio and
-// cloudwego/netpoll, and a C epoll reference) as a separate echo server
-// process under cmd/loadgen, interleaved round by round so that drift hits
-// all alike, plus the thundering-herd experiment. It writes the raw
-// benchmark lines, benchstat tables and SVG plots into an output directory
-// and prints the tables.
+// netpoll's modes, its spinning poller (spin=forever) and adaptive spin
+// policy (spin=auto), the peer libraries gnet, nbio and cloudwego/netpoll,
+// and a C epoll reference) as a separate echo server process under
+// cmd/loadgen, interleaved round by round so that drift hits all alike,
+// plus the thundering-herd experiment. It writes the raw benchmark lines,
+// benchstat tables and SVG plots into an output directory and prints the
+// tables.
 //
-//	go run ./cmd/netpollbench              # about two minutes
+// The open-loop sweep (-sweep, on by default) measures net, et, auto, spin,
+// gnet and c on one connection of 64-byte echoes at each of -rates
+// (requests/s, latency from the intended send time) and in the closed
+// loop, whose lines it takes from the main matrix's 1-conn, 64 B cell when
+// there is one. It reports p50, p99, server CPU per request and server CPU
+// utilisation (sweep.txt, sweep-tables.txt, rows rate, columns
+// configuration) and plots the frontier, CPU per request against p50
+// latency (sweep-frontier.svg), and the utilisation against the offered
+// load (sweep-utilisation.svg).
+//
+//	go run ./cmd/netpollbench              # about four minutes, the sweep about 80 s of them
 //	go run ./cmd/netpollbench -full        # the whole matrix
 //	go run ./cmd/netpollbench -compare out/OLD
+//	go run ./cmd/netpollbench -rates 1000,5000,closed -sweep-rounds 6
 //
 // With taskset and two or more CPUs, servers run on CPU 0 and the load
 // generator on CPU 1 (a server pinned alone runs with GOMAXPROCS=1).
@@ -41,16 +53,19 @@ func main() {
 }
 
 type options struct {
-	out      string
-	configs  []string
-	cells    []cell
-	rounds   int
-	duration time.Duration
-	warmup   time.Duration
-	herd     bool
-	full     bool
-	compare  string
-	pin      string
+	out         string
+	configs     []string
+	cells       []cell
+	rounds      int
+	duration    time.Duration
+	warmup      time.Duration
+	herd        bool
+	sweep       bool      // run the open-loop sweep
+	rates       []float64 // the sweep's rates, ascending, the closed loop (0) last
+	sweepRounds int
+	full        bool
+	compare     string
+	pin         string
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
@@ -75,6 +90,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.duration, "duration", 0, "measured time per measurement (default 1s; -full: 3s)")
 	fs.DurationVar(&o.warmup, "warmup", 0, "warm-up per measurement, not measured (default 300ms; -full: 1s)")
 	fs.BoolVar(&o.herd, "herd", true, "also run the thundering-herd experiment")
+	fs.BoolVar(&o.sweep, "sweep", true, "also run the open-loop sweep: 1 conn, 64 B, at each of -rates, for those of "+strings.Join(sweepConfigs, ", ")+" among -configs")
+	rates := fs.String("rates", "2000,10000,30000,closed", "sweep: comma-separated offered loads in requests/s; 0 or closed for the closed loop")
+	fs.IntVar(&o.sweepRounds, "sweep-rounds", 0, "sweep rounds, each measuring every configuration at every rate once (default 3; -full: 6)")
 	fs.BoolVar(&o.full, "full", false, "run the whole matrix")
 	fs.StringVar(&o.compare, "compare", "", "an earlier output directory to compare with")
 	fs.StringVar(&o.pin, "pin", "auto", "pin server to CPU 0 and load generator to CPU 1: auto, on or off")
@@ -104,14 +122,18 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	for _, c := range cs {
 		for _, s := range ss {
-			o.cells = append(o.cells, cell{c, s})
+			o.cells = append(o.cells, cell{conns: c, size: s})
 		}
 	}
+	if o.rates, err = parseRates(*rates); err != nil {
+		return nil, err
+	}
 	setDefault(&o.rounds, 4, 6, o.full)
+	setDefault(&o.sweepRounds, 3, 6, o.full)
 	setDefault(&o.duration, time.Second, 3*time.Second, o.full)
 	setDefault(&o.warmup, 300*time.Millisecond, time.Second, o.full)
-	if o.rounds < 1 || o.duration <= 0 || o.warmup < 0 {
-		return nil, fmt.Errorf("bad -rounds %d, -duration %v or -warmup %v", o.rounds, o.duration, o.warmup)
+	if o.rounds < 1 || o.sweepRounds < 1 || o.duration <= 0 || o.warmup < 0 {
+		return nil, fmt.Errorf("bad -rounds %d, -sweep-rounds %d, -duration %v or -warmup %v", o.rounds, o.sweepRounds, o.duration, o.warmup)
 	}
 	if o.pin != "auto" && o.pin != "on" && o.pin != "off" {
 		return nil, fmt.Errorf("bad -pin %q: want auto, on or off", o.pin)
@@ -181,45 +203,42 @@ func bench(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer raw.Close()
-	fmt.Fprintf(raw, "goos: %s\ngoarch: %s\npkg: github.com/edgepoll/edgepoll/cmd/netpollbench\nnote: %s\n",
-		runtime.GOOS, runtime.GOARCH, pinNote(r.pin))
-
-	total := o.rounds * len(srvs) * len(o.cells)
-	done, start := 0, time.Now()
-	var failures []string
-	for round := 1; round <= o.rounds; round++ {
-		for _, c := range o.cells {
-			for _, s := range srvs {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				line, err := r.measure(ctx, s, c)
-				done++
-				if err != nil {
-					failures = append(failures, err.Error())
-					fmt.Fprintf(stderr, "[%d/%d] round %d %s %s: FAILED: %v\n", done, total, round, s.name, c, err)
-					continue
-				}
-				fmt.Fprintln(raw, line)
-				fmt.Fprintf(stderr, "[%d/%d %s] round %d %-9s %-18s %s\n", done, total, time.Since(start).Round(time.Second), round, s.name, c, summary(line))
-			}
-		}
+	writeHeader(raw, r.pin)
+	lines, failures, err := r.series(ctx, "", interleave(o.rounds, o.cells, srvs), nil, raw)
+	if err != nil {
+		return err
 	}
 	raw.Close()
 
+	var sw *sweep
+	if o.sweep {
+		var fails []string
+		sw, fails, err = runSweep(ctx, r, srvs, skipped, lines)
+		if err != nil {
+			return err
+		}
+		failures = append(failures, fails...)
+	}
 	var herdRows []herdRow
 	if o.herd {
 		if herdRows, err = runHerd(ctx, r, o, stderr); err != nil {
 			failures = append(failures, "herd: "+err.Error())
 		}
 	}
-	if err := report(ctx, root, o, srvs, skipped, herdRows, stdout, stderr); err != nil {
+	if err := report(ctx, root, o, srvs, skipped, herdRows, sw, stdout, stderr); err != nil {
 		return err
 	}
 	if len(failures) > 0 {
 		return fmt.Errorf("%d measurement(s) failed:\n%s", len(failures), strings.Join(failures, "\n"))
 	}
 	return nil
+}
+
+// writeHeader starts a file of benchmark lines with the configuration
+// lines benchstat shows.
+func writeHeader(w io.Writer, pin bool) {
+	fmt.Fprintf(w, "goos: %s\ngoarch: %s\npkg: github.com/edgepoll/edgepoll/cmd/netpollbench\nnote: %s\n",
+		runtime.GOOS, runtime.GOARCH, pinNote(pin))
 }
 
 // summary is the progress line's digest of a benchmark line.
@@ -231,6 +250,9 @@ func summary(line string) string {
 	}
 	if v, ok := m["syscalls/op"]; ok {
 		s += fmt.Sprintf("  %4.1f syscalls/req", v)
+	}
+	if v, ok := m[utilUnit]; ok {
+		s += fmt.Sprintf("  server %4.2f CPUs", v)
 	}
 	return s
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -11,8 +12,10 @@ import (
 // TestTiny runs netpollbench in a tiny configuration end to end: every
 // configuration produces a result per cell and round, benchstat's table
 // parses and has a column per configuration, the herd table has its rows,
-// and the plots are written. The windows are long enough to get answers
-// even with the machine loaded by parallel test binaries.
+// the plots are written, and the sweep measures its configurations at
+// 2000 req/s and takes the closed loop from the main matrix's 1-conn cell.
+// The windows are long enough to get answers even with the machine loaded
+// by parallel test binaries.
 func TestTiny(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds every server and runs processes; skipped with -short")
@@ -30,7 +33,7 @@ func TestTiny(t *testing.T) {
 	configs := []string{"net", "et", "spin", "gnet", "nbio", "cloudwego", "c"}
 	var stdout, stderr bytes.Buffer
 	err = run([]string{"-out", out, "-configs", strings.Join(configs, ","), "-conns", "1,4", "-sizes", "64",
-		"-rounds", "2", "-duration", "600ms", "-warmup", "200ms"}, &stdout, &stderr)
+		"-rounds", "2", "-duration", "600ms", "-warmup", "200ms", "-rates", "2000,closed", "-sweep-rounds", "1"}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
 	}
@@ -84,6 +87,101 @@ func TestTiny(t *testing.T) {
 	if !strings.Contains(stdout.String(), "sec/op") {
 		t.Errorf("stdout lacks the tables:\n%s", stdout.String())
 	}
+	var swept []string
+	for _, cfg := range ran {
+		if cfg != "nbio" && cfg != "cloudwego" {
+			swept = append(swept, cfg)
+		}
+	}
+	checkSweep(t, out, stdout.String(), swept, map[string]int{"2000": 1, "closed": 2})
+}
+
+// TestSweep runs the sweep of two configurations where the main matrix has
+// no 1-conn cell, so that the sweep measures the closed loop itself.
+func TestSweep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds servers and runs processes; skipped with -short")
+	}
+	out := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	err := run([]string{"-out", out, "-configs", "net,auto", "-conns", "4", "-herd=false",
+		"-rounds", "1", "-duration", "600ms", "-warmup", "200ms", "-rates", "closed,2000", "-sweep-rounds", "2"}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	checkSweep(t, out, stdout.String(), []string{"net", "auto"}, map[string]int{"2000": 2, "closed": 2})
+}
+
+// checkSweep checks the sweep in out: each configuration has want[rate]
+// results at each rate, with requests and no errors; the tables name every
+// configuration and are printed; the plots are written.
+func checkSweep(t *testing.T, out, stdout string, cfgs []string, want map[string]int) {
+	t.Helper()
+	rs, err := readResults(filepath.Join(out, "sweep.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cfg := range cfgs {
+		for rate, n := range want {
+			got := 0
+			for _, r := range rs {
+				if r.labels["cfg"] != cfg || r.labels["rate"] != rate {
+					continue
+				}
+				got++
+				if r.metrics["ns/op"] <= 0 || r.metrics["errors"] != 0 || r.metrics[utilUnit] <= 0 {
+					t.Errorf("sweep %s rate=%s: ns/op %v, errors %v, %s %v", cfg, rate, r.metrics["ns/op"], r.metrics["errors"], utilUnit, r.metrics[utilUnit])
+				}
+			}
+			if got != n {
+				t.Errorf("sweep %s rate=%s: %d results, want %d", cfg, rate, got, n)
+			}
+		}
+	}
+	if len(rs) != len(cfgs)*(want["2000"]+want["closed"]) {
+		t.Errorf("sweep.txt has %d results, want %d", len(rs), len(cfgs)*(want["2000"]+want["closed"]))
+	}
+	tables, err := os.ReadFile(filepath.Join(out, "sweep-tables.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range append([]string{"p50-sec", "p99-sec", "server-cpu-sec/op", utilUnit, "\n2000 ", "\nclosed "}, cfgs...) {
+		if !bytes.Contains(tables, []byte(w)) {
+			t.Errorf("sweep-tables.txt lacks %q:\n%s", w, tables)
+		}
+	}
+	if !strings.Contains(stdout, string(tables)) || !strings.Contains(stdout, "sweep-tables.txt") {
+		t.Errorf("stdout lacks the sweep tables or their file name:\n%s", stdout)
+	}
+	for _, plot := range []string{"sweep-frontier.svg", "sweep-utilisation.svg"} {
+		b, err := os.ReadFile(filepath.Join(out, plot))
+		if err != nil || !bytes.Contains(b, []byte("<svg")) {
+			t.Errorf("plot %s: %v", plot, err)
+			continue
+		}
+		for _, cfg := range cfgs {
+			if !bytes.Contains(b, []byte(">"+cfg+"<")) {
+				t.Errorf("plot %s: no legend entry for %s", plot, cfg)
+			}
+		}
+	}
+}
+
+func TestParseRates(t *testing.T) {
+	for _, tt := range []struct {
+		in   string
+		want []float64
+	}{
+		{"2000,10000,30000", []float64{2000, 10000, 30000}},
+		{"30000, closed,2000", []float64{2000, 30000, 0}},
+		{"0", []float64{0}},
+		{"2.5e3,closed,100", []float64{100, 2500, 0}},
+	} {
+		got, err := parseRates(tt.in)
+		if err != nil || !slices.Equal(got, tt.want) {
+			t.Errorf("parseRates(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+		}
+	}
 }
 
 func TestBadFlags(t *testing.T) {
@@ -93,6 +191,13 @@ func TestBadFlags(t *testing.T) {
 		{"-sizes 8", "-sizes"},
 		{"-pin maybe", "-pin"},
 		{"-rounds -1", "-rounds"},
+		{"-sweep-rounds -2", "-sweep-rounds"},
+		{"-rates 2000,fast", `"fast" is not a rate`},
+		{"-rates -5", `"-5" is not a rate`},
+		{"-rates 2000,,closed", `"" is not a rate`},
+		{"-rates Inf", `"Inf" is not a rate`},
+		{"-rates 2000,closed,0", "closed twice"},
+		{"-rates 2e3,2000", "2000 twice"},
 	} {
 		o, err := parseFlags(strings.Fields(tt.args), &bytes.Buffer{})
 		if err == nil {

@@ -13,9 +13,10 @@ import (
 	"strings"
 )
 
-// report writes and prints the benchstat tables, the herd table and the
-// plots, and the comparison with an earlier run if asked.
-func report(ctx context.Context, root string, o *options, srvs []server, skipped []string, herd []herdRow, stdout, stderr io.Writer) error {
+// report writes and prints the benchstat tables, the herd table, the
+// sweep's tables (sw, if it ran) and the plots, and the comparison with an
+// earlier run if asked.
+func report(ctx context.Context, root string, o *options, srvs []server, skipped []string, herd []herdRow, sw *sweep, stdout, stderr io.Writer) error {
 	raw, err := filepath.Abs(filepath.Join(o.out, "raw.txt"))
 	if err != nil {
 		return err
@@ -52,6 +53,13 @@ func report(ctx context.Context, root string, o *options, srvs []server, skipped
 	plots, err := drawPlots(o.out, srvs, o.cells, results)
 	if err != nil {
 		return fmt.Errorf("plots: %w", err)
+	}
+	if sw != nil {
+		files, err := reportSweep(ctx, root, sw, stdout)
+		if err != nil {
+			return fmt.Errorf("sweep: %w", err)
+		}
+		plots = append(plots, files...)
 	}
 	fmt.Fprintf(stdout, "\nPlots: %s\n", strings.Join(plots, ", "))
 
@@ -131,15 +139,21 @@ func metrics(line string) map[string]float64 {
 	return m
 }
 
-// median returns the median of unit over the results of cfg in cell, and
-// whether there were any.
+// median returns the median of unit over the results of cfg in cell c,
+// and whether there were any.
 func median(rs []result, cfg string, c cell, unit string) (float64, bool) {
+	return medianOf(rs, unit, func(r result) bool {
+		return r.labels["cfg"] == cfg && r.labels["conns"] == strconv.Itoa(c.conns) && r.labels["size"] == strconv.Itoa(c.size)
+	})
+}
+
+// medianOf returns the median of unit over the results that match, and
+// whether there were any.
+func medianOf(rs []result, unit string, match func(result) bool) (float64, bool) {
 	var vs []float64
 	for _, r := range rs {
-		if r.labels["cfg"] == cfg && r.labels["conns"] == strconv.Itoa(c.conns) && r.labels["size"] == strconv.Itoa(c.size) {
-			if v, ok := r.metrics[unit]; ok {
-				vs = append(vs, v)
-			}
+		if v, ok := r.metrics[unit]; ok && match(r) {
+			vs = append(vs, v)
 		}
 	}
 	if len(vs) == 0 {

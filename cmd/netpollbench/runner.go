@@ -58,6 +58,7 @@ func (r *runner) measure(ctx context.Context, s server, c cell) (string, error) 
 
 	lg := r.command(ctx, 1, r.bins["loadgen"], "-addr", addr,
 		"-conns", strconv.Itoa(c.conns), "-size", strconv.Itoa(c.size),
+		"-rate", strconv.FormatFloat(c.rate, 'f', -1, 64),
 		"-duration", o.duration.String(), "-warmup", o.warmup.String(),
 		"-server-pid", strconv.Itoa(srv.Process.Pid), "-format", "bench", "-labels", s.label)
 	var lgOut, lgErr bytes.Buffer
@@ -83,6 +84,62 @@ func (r *runner) measure(ctx context.Context, s server, c cell) (string, error) 
 		}
 	}
 	return line, nil
+}
+
+// A job is one measurement of a series: a server under a load, in a round.
+type job struct {
+	round int
+	s     server
+	c     cell
+}
+
+// interleave orders rounds × cells × servers so that each round measures
+// every server in every cell once before the next begins: drift over the
+// run then hits all servers alike.
+func interleave(rounds int, cells []cell, srvs []server) []job {
+	var jobs []job
+	for round := 1; round <= rounds; round++ {
+		for _, c := range cells {
+			for _, s := range srvs {
+				jobs = append(jobs, job{round, s, c})
+			}
+		}
+	}
+	return jobs
+}
+
+// measured is a job's benchmark line.
+type measured struct {
+	job
+	line string
+}
+
+// series measures the jobs in order, passes each benchmark line through
+// edit (if not nil), writes it to w and reports progress, prefixed by
+// what, to stderr. It returns the lines and the failed measurements; it
+// stops early only when ctx ends.
+func (r *runner) series(ctx context.Context, what string, jobs []job, edit func(job, string) string, w io.Writer) ([]measured, []string, error) {
+	var lines []measured
+	var failures []string
+	start := time.Now()
+	for i, j := range jobs {
+		if err := ctx.Err(); err != nil {
+			return lines, failures, err
+		}
+		line, err := r.measure(ctx, j.s, j.c)
+		if err != nil {
+			failures = append(failures, err.Error())
+			fmt.Fprintf(r.stderr, "[%d/%d] %sround %d %s %s: FAILED: %v\n", i+1, len(jobs), what, j.round, j.s.name, j.c, err)
+			continue
+		}
+		if edit != nil {
+			line = edit(j, line)
+		}
+		fmt.Fprintln(w, line)
+		lines = append(lines, measured{j, line})
+		fmt.Fprintf(r.stderr, "[%d/%d %s] %sround %d %-9s %-18s %s\n", i+1, len(jobs), time.Since(start).Round(time.Second), what, j.round, j.s.name, j.c, summary(line))
+	}
+	return lines, failures, nil
 }
 
 func readAnnounce(r io.Reader, timeout time.Duration) (string, error) {
