@@ -113,24 +113,26 @@
 //   - W, what a block and wakeup cost here, is measured once per process
 //     when the first SpinAuto group starts: the median round trip of two
 //     goroutines passing a byte over two pipes through the runtime's
-//     netpoller (Stats.WakeCost). Nothing about the machine is hard-coded.
-//   - The budget B = 2W, at most 1ms (Stats.SpinBudget). A spin that finds
-//     no event within B ends, and the poller blocks.
+//     netpoller, each parked until the other's write readies it
+//     (Stats.WakeCost). Nothing about the machine is hard-coded.
+//   - The budget B = 4W, at most 1ms (Stats.SpinBudget): time for the
+//     peer's own wakeup and its work, which a request/response gap holds.
+//     A spin that finds no event within B ends, and the poller blocks.
 //   - The poller keeps an estimate p of how often a spin of B finds an
 //     event, a moving average over its idle periods: a spin that found an
 //     event counts as a hit, one that used up B as a miss, and an idle
-//     period it blocked through as a hit if the next event came within B,
-//     a miss if it took more than 2B.
-//   - It spins when p >= 1/2. Otherwise it spins only on every 16th idle
+//     period it blocked through as a hit if the next event came within B
+//     (otherwise it tells nothing: the gap it saw holds its own wakeup).
+//   - It spins when p >= 1/2. Otherwise it spins only on every 32nd idle
 //     moment, a probe that notices when the traffic turns back to back.
 //   - At most max(1, GOMAXPROCS-1) pollers spin at once in the process,
 //     and a spinning poller yields its P after every poll.
 //
-// The bound: in one idle period a SpinAuto poller spins at most B = 2W, the
-// ski-rental budget that is never worse than twice the best choice made in
-// hindsight (Karlin et al., SOSP 1991). While its spins mostly fail it spins
-// in one idle period in 16, so its spinning averages at most B/16 per idle
-// period. An idle poller stops spinning at most B (<= 1ms) after its last
+// The bound: in one idle period a SpinAuto poller spins at most B = 4W, so
+// its CPU is never more than 1 + 4 times that of the best choice made in
+// hindsight (spin-then-block, Karlin et al., SOSP 1991). While its spins
+// mostly fail it spins in one idle period in 32, so its spinning averages
+// at most B/32 per idle period. An idle poller stops spinning at most B (<= 1ms) after its last
 // event and then blocks, using no CPU. Stats count the idle periods it
 // spun through (SpinDecisions), the spins that found an event (SpinFound)
 // or gave up (SpinGaveUp) and the time spent in them (SpinTime). The

@@ -2,6 +2,8 @@ package netpoll
 
 import (
 	"math/rand/v2"
+	"os"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -88,12 +90,12 @@ func newSimPolicy(t *testing.T) *autoSpin {
 	return a
 }
 
-// Back to back (gaps inside B = 2W): the policy learns to spin and then
-// spins through nearly every idle period, finding the event each time. With
-// 3µs gaps a blocked period (gap plus wakeup) already shows a short gap;
-// with 6µs it does not (13µs: between B and 2B), and only the probes teach.
+// Back to back (gaps inside B = 4W = 20µs): the policy learns to spin and
+// then spins through nearly every idle period, finding the event each
+// time. With 3µs gaps a blocked period (gap plus 7µs wakeup) already shows
+// a short gap; with 15µs it does not (22µs > B), and only the probes teach.
 func TestAutoSpinBackToBack(t *testing.T) {
-	for _, gap := range []time.Duration{3 * time.Microsecond, 6 * time.Microsecond} {
+	for _, gap := range []time.Duration{3 * time.Microsecond, 15 * time.Microsecond} {
 		a := newSimPolicy(t)
 		r := simulate(t, a, repeat(gap, 2000))
 		if r.gaveUp != 1 { // the spin after the last event, which never ends
@@ -232,8 +234,8 @@ func TestAutoSpinSlots(t *testing.T) {
 // Budget: B = autoSpinK·W, capped at autoSpinMax.
 func TestAutoSpinBudget(t *testing.T) {
 	for _, tt := range []struct{ w, want time.Duration }{
-		{5 * time.Microsecond, 10 * time.Microsecond},
-		{100 * time.Microsecond, 200 * time.Microsecond},
+		{5 * time.Microsecond, 20 * time.Microsecond},
+		{100 * time.Microsecond, 400 * time.Microsecond},
 		{10 * time.Millisecond, autoSpinMax},
 	} {
 		if got := autoBudget(tt.w); got != tt.want {
@@ -244,8 +246,22 @@ func TestAutoSpinBudget(t *testing.T) {
 
 // The measurement: a positive median, and no goroutine or fd left.
 func TestMeasureWakeRoundTrip(t *testing.T) {
+	fds := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	goroutines, before := runtime.NumGoroutine(), fds()
 	w, err := measureWakeRoundTrip(2, 16)
 	if err != nil || w <= 0 {
 		t.Fatalf("measureWakeRoundTrip = %v, %v", w, err)
+	}
+	if after := fds(); after != before {
+		t.Errorf("%d fds open after the measurement, %d before", after, before)
+	}
+	if n := runtime.NumGoroutine(); n != goroutines {
+		t.Errorf("%d goroutines after the measurement, %d before", n, goroutines)
 	}
 }
