@@ -76,9 +76,9 @@ func (g *Group) Stats() Stats {
 	for i, p := range g.pollers {
 		s.Pollers[i] = p.stats()
 		s.Total.add(&s.Pollers[i])
-		if p.auto != nil {
-			s.SpinBudget = p.auto.budget
-			s.WakeCost, _ = wakeCost() // measured already: New succeeded
+		if g.cfg.SpinPolicy == SpinAuto {
+			s.WakeCost = wakeCost()
+			s.SpinBudget = autoBudget(s.WakeCost)
 		}
 	}
 	return s

@@ -99,11 +99,10 @@ func newPoller(id int, cfg Config) (p *poller, err error) {
 		}
 	}()
 	if cfg.SpinPolicy == SpinAuto {
-		w, err := wakeCost()
-		if err != nil {
+		if err = acquireWake(); err != nil {
 			return nil, err
 		}
-		p.auto = newAutoSpin(w)
+		p.auto = newAutoSpin(wakeCost) // closeFDs releases it
 	}
 	if p.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
 		return nil, os.NewSyscallError("epoll_create1", err)
@@ -124,7 +123,13 @@ func newPoller(id int, cfg Config) (p *poller, err error) {
 	return p, nil
 }
 
+// closeFDs closes the poller's fds and lets go of what it shares with other
+// pollers (SpinAuto's measurement of W).
 func (p *poller) closeFDs() {
+	if p.auto != nil {
+		releaseWake()
+		p.auto = nil
+	}
 	if p.evfd >= 0 {
 		unix.Close(p.evfd)
 	}

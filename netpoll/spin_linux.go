@@ -71,31 +71,84 @@ const (
 	autoSpinOne    = 256
 )
 
-// wakeCost returns W, measured on first use and kept for the process.
-// wakeCostOverride, set by tests, replaces the measurement.
-func wakeCost() (time.Duration, error) {
-	wake.once.Do(func() {
-		wake.w, wake.err = measureWakeRoundTrip(8, 32)
-	})
-	if d := wakeCostOverride.Load(); d != 0 {
-		return time.Duration(d), nil
-	}
-	return wake.w, wake.err
+// wakeRefresh is how often W is measured again while a SpinAuto poller
+// runs: the host's speed changes under a virtual machine within seconds
+// (a wakeup round trip was seen to go from 11 to 44µs in one run), and a
+// budget measured once would stop fitting the gaps it must catch.
+const wakeRefresh = time.Second
+
+// wake keeps W current for SpinAuto pollers: measured when the first one
+// starts, then every wakeRefresh by one goroutine while any runs.
+var wake struct {
+	mu    sync.Mutex    // guards users, stop and done; the lock order is mu, then nothing
+	users int           // SpinAuto pollers running
+	stop  chan struct{} // closed to stop the refresher
+	done  chan struct{} // closed by the refresher when it returns
+	w     atomic.Int64  // W in nanoseconds; written under mu or by the refresher
 }
 
-var (
-	wake struct {
-		once sync.Once
-		w    time.Duration
-		err  error
+// wakeCostOverride, set by tests, replaces the measured W.
+var wakeCostOverride atomic.Int64
+
+// acquireWake measures W if no SpinAuto poller runs yet and starts the
+// refresher; releaseWake undoes one acquireWake.
+func acquireWake() error {
+	wake.mu.Lock()
+	defer wake.mu.Unlock()
+	if wake.users == 0 {
+		w, err := measureWakeRoundTrip(8, 32)
+		if err != nil {
+			return err
+		}
+		wake.w.Store(int64(w))
+		wake.stop, wake.done = make(chan struct{}), make(chan struct{})
+		go refreshWake(wake.stop, wake.done)
 	}
-	wakeCostOverride atomic.Int64
-)
+	wake.users++
+	return nil
+}
+
+func releaseWake() {
+	wake.mu.Lock()
+	defer wake.mu.Unlock()
+	if wake.users--; wake.users == 0 {
+		close(wake.stop)
+		<-wake.done
+	}
+}
+
+// refreshWake measures W again every wakeRefresh until stop is closed. A
+// failed measurement (out of fds, say) keeps the last W.
+func refreshWake(stop, done chan struct{}) {
+	defer close(done)
+	t := time.NewTicker(wakeRefresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			if w, err := measureWakeRoundTrip(2, 8); err == nil {
+				wake.w.Store(int64(w))
+			}
+		}
+	}
+}
+
+// wakeCost returns the current W.
+func wakeCost() time.Duration {
+	if d := wakeCostOverride.Load(); d != 0 {
+		return time.Duration(d)
+	}
+	return time.Duration(wake.w.Load())
+}
 
 // measureWakeRoundTrip times rounds round trips (after warm ones) of a byte
 // sent over one pipe and echoed back over another by a second goroutine,
-// and returns the median. Both ends park in the runtime's netpoller, so a
-// round trip is two blocks and two wakeups as the scheduler delivers them
+// and returns the lower quartile: what a round trip costs with little in
+// its way, so that goroutines queued ahead on a busy P inflate it less.
+// Both ends park in the runtime's netpoller, so a round trip is two
+// blocks and two wakeups as the scheduler delivers them
 // here: through the kernel when another P sleeps (GOMAXPROCS > 1), through
 // the scheduler's own poll when the only P switches goroutines.
 func measureWakeRoundTrip(warm, rounds int) (time.Duration, error) {
@@ -144,7 +197,7 @@ func measureWakeRoundTrip(warm, rounds int) (time.Duration, error) {
 		return 0, fmt.Errorf("netpoll: measuring the wakeup cost for SpinAuto: %w", err)
 	}
 	slices.Sort(trips)
-	return trips[len(trips)/2], nil
+	return trips[len(trips)/4], nil
 }
 
 // autoBudget returns B for a wakeup cost w.
@@ -189,17 +242,18 @@ const (
 // autoSpin is one poller's SpinAuto state. Only the poller's loop goroutine
 // touches it; what Stats reads is in pollerCounters.
 type autoSpin struct {
-	budget    time.Duration // B
-	p         int32         // hit rate of a spin of B, in 1/autoSpinOne
-	probe     uint32        // idle moments decided with p < 1/2
+	wake      func() time.Duration // W now (wakeCost)
+	budget    time.Duration        // B, from wake at each event
+	p         int32                // hit rate of a spin of B, in 1/autoSpinOne
+	probe     uint32               // idle moments decided with p < 1/2
 	phase     spinPhase
 	idleStart time.Duration // when the current idle period began (monoNow)
 	spinUntil time.Duration // end of the current spin (phaseSpin)
 	slot      bool          // holds a spinners slot
 }
 
-func newAutoSpin(w time.Duration) *autoSpin {
-	return &autoSpin{budget: autoBudget(w), phase: phaseBlock, idleStart: monoNow()}
+func newAutoSpin(wake func() time.Duration) *autoSpin {
+	return &autoSpin{wake: wake, phase: phaseBlock, idleStart: monoNow()}
 }
 
 var monoEpoch = time.Now()
@@ -211,6 +265,9 @@ func monoNow() time.Duration { return time.Since(monoEpoch) }
 // whether the loop should yield and poll again (true) or block (false).
 func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 	if n > 0 {
+		// A budget fixed for the idle period to come (and the one that
+		// just ended, if blocked: the same W judged it).
+		a.budget = autoBudget(a.wake())
 		switch a.phase {
 		case phaseSpin:
 			a.observe(true)

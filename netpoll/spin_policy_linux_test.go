@@ -84,8 +84,9 @@ func repeat(gap time.Duration, n int) []time.Duration {
 }
 
 func newSimPolicy(t *testing.T) *autoSpin {
-	a := newAutoSpin(simW)
+	a := newAutoSpin(func() time.Duration { return simW })
 	a.idleStart = 0
+	a.budget = autoBudget(simW)
 	t.Cleanup(a.release)
 	return a
 }
