@@ -123,8 +123,9 @@
 //     event counts as a hit, one that used up B as a miss, and an idle
 //     period it blocked through as a hit if the next event came within B
 //     (otherwise it tells nothing: the gap it saw holds its own wakeup).
-//   - It spins when p >= 1/2. Otherwise it spins only on every 32nd idle
-//     moment, a probe that notices when the traffic turns back to back.
+//   - It spins through every idle period once p reaches 1/2, until p falls
+//     below 3/8. Otherwise it spins only on every 32nd idle moment, a probe
+//     that notices when the traffic turns back to back.
 //   - At most max(1, GOMAXPROCS-1) pollers spin at once in the process,
 //     and a spinning poller yields its P after every poll.
 //
