@@ -78,7 +78,7 @@ func (g *Group) Stats() Stats {
 		s.Total.add(&s.Pollers[i])
 		if g.cfg.SpinPolicy == SpinAuto {
 			s.WakeCost = wakeCost()
-			s.SpinBudget = autoBudget(s.WakeCost)
+			s.SpinBudget = autoBudget(s.WakeCost, autoSpinMax) // the most it spins now
 		}
 	}
 	return s

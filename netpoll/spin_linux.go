@@ -31,16 +31,20 @@ import (
 //     one start to the next on the same machine, against 4.5 to 4.7µs for
 //     this round trip: a virtual machine's timer interrupt is not the
 //     wakeup a socket event makes.)
-//   - The budget B = autoSpinK·W with autoSpinK = 4, at most autoSpinMax.
-//     One idle period spins at most B. Ski rental alone would spin about
-//     W, but the gap a spin must outlast to save a wakeup is, in a request
-//     and response exchange, the peer's own wakeup plus its work, more than
-//     one round trip of ours: B = W catches none of those. Measured on a
-//     2-vCPU EPYC with the server alone on one CPU (W 4.5µs, B 18µs): a
-//     1-connection closed loop's gaps (about 15µs) are inside B, a 30k
-//     req/s open loop's (about 25µs after the server's own work) are not.
-//     The CPU ratio against the best choice in hindsight is then at most
-//     1 + autoSpinK (spin B, then block anyway).
+//   - The budget B is twice the typical idle gap (a moving average, weight
+//     1/autoSpinWeight, of the gaps seen: exact after a spin that found an
+//     event, plus this poller's own wakeup after a block, "more than B"
+//     after a spin that gave up), kept within [4W, 16W] and at most
+//     autoSpinMax. The gap a spin must outlast to save a wakeup is, in a
+//     request and response exchange, the peer's own wakeup plus its work.
+//     The peer's wakeup is cross-core, and W, measured inside one process
+//     (pinned to one CPU, GOMAXPROCS=1), cannot see a cross-core wakeup:
+//     on a 2-vCPU EPYC guest W read 4.5µs while a cross-core wakeup round
+//     trip read 11 to 44µs within minutes, and a 1-connection closed
+//     loop's gaps went from 15 to 40µs with it. With B fixed at 4W such a
+//     loop stopped spinning whenever the host slowed; the gaps themselves
+//     tell B how far to stretch, and 16W bounds it. 4W: the ski-rental
+//     budget W would catch none of those gaps.
 //   - p estimates how often a spin of B finds an event: an exponentially
 //     weighted average (weight 1/autoSpinWeight) of at most one observation per
 //     idle period. A spin that found an event is a hit, one that used up B
@@ -61,13 +65,15 @@ import (
 //     a spinning poller yields its P after every epoll_wait(0), so the
 //     goroutines it woke and any other runnable goroutine run first.
 //
-// The bound: the CPU spent spinning in one idle period is at most B =
-// autoSpinK·W. While spins mostly fail (p < 1/2), the poller spins in one
+// The bound: the CPU spent spinning in one idle period is at most B <=
+// autoSpinCap·W = 16W (and 1ms), so at most 1 + 16 times the best choice in
+// hindsight. While spins mostly fail (p < 1/2), the poller spins in one
 // idle period in autoSpinProbe, so its spinning averages at most
 // B/autoSpinProbe per idle period. An idle poller stops spinning at most B
 // (<= autoSpinMax = 1ms) after its last event, and then blocks: no CPU.
 const (
-	autoSpinK      = 4
+	autoSpinK      = 4  // B >= autoSpinK·W
+	autoSpinCap    = 16 // B <= autoSpinCap·W
 	autoSpinMax    = time.Millisecond
 	autoSpinWeight = 8  // p moves 1/8 of the way to each observation
 	autoSpinProbe  = 32 // with p < 1/2, spin on one idle moment in 32
@@ -120,8 +126,11 @@ func releaseWake() {
 	}
 }
 
-// refreshWake measures W again every wakeRefresh until stop is closed. A
-// failed measurement (out of fds, say) keeps the last W.
+// refreshWake measures W again every wakeRefresh until stop is closed,
+// except while a SpinAuto poller spins: with GOMAXPROCS=1 the spinner stays
+// runnable, so the runtime's own netpoller runs only from sysmon and the
+// round trip measures that instead. A failed measurement (out of fds, say)
+// keeps the last W.
 func refreshWake(stop, done chan struct{}) {
 	defer close(done)
 	t := time.NewTicker(wakeRefresh)
@@ -131,6 +140,9 @@ func refreshWake(stop, done chan struct{}) {
 		case <-stop:
 			return
 		case <-t.C:
+			if spinners.Load() > 0 {
+				continue // a spinning poller holds up the round trip: measured 100-240µs
+			}
 			if w, err := measureWakeRoundTrip(2, 8); err == nil {
 				wake.w.Store(int64(w))
 			}
@@ -203,9 +215,10 @@ func measureWakeRoundTrip(warm, rounds int) (time.Duration, error) {
 	return trips[len(trips)/4], nil
 }
 
-// autoBudget returns B for a wakeup cost w.
-func autoBudget(w time.Duration) time.Duration {
-	return min(autoSpinK*w, autoSpinMax)
+// autoBudget returns B for a wakeup cost w and a typical gap: twice the
+// gap, within [autoSpinK·w, autoSpinCap·w], at most autoSpinMax.
+func autoBudget(w, gap time.Duration) time.Duration {
+	return min(max(2*gap, autoSpinK*w), autoSpinCap*w, autoSpinMax)
 }
 
 // spinners counts the SpinAuto pollers spinning now, process-wide.
@@ -246,7 +259,9 @@ const (
 // touches it; what Stats reads is in pollerCounters.
 type autoSpin struct {
 	wake      func() time.Duration // W now (wakeCost)
-	budget    time.Duration        // B, from wake at each event
+	budget    time.Duration        // B, set at each event for the idle period to come
+	gap       time.Duration        // typical idle gap, a moving average
+	observed  bool                 // the current idle period has been observed
 	p         int32                // hit rate of a spin of B, in 1/autoSpinOne
 	spinning  bool                 // p reached 1/2 and has not fallen below 3/8 since
 	probe     uint32               // idle moments decided while not spinning
@@ -269,20 +284,24 @@ func monoNow() time.Duration { return time.Since(monoEpoch) }
 // whether the loop should yield and poll again (true) or block (false).
 func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 	if n > 0 {
-		// A budget fixed for the idle period to come (and the one that
-		// just ended, if blocked: the same W judged it).
-		a.budget = autoBudget(a.wake())
+		gap := min(now-a.idleStart, autoSpinMax)
 		switch a.phase {
 		case phaseSpin:
 			a.observe(true)
+			a.observeGap(gap)
 			st.spinFound.Add(1)
 			st.spinNanos.Add(uint64(now - a.idleStart))
 		case phaseBlock:
-			if now-a.idleStart <= a.budget {
-				a.observe(true)
+			if !a.observed {
+				if gap <= a.budget {
+					a.observe(true)
+				}
+				a.observeGap(gap) // with this poller's wakeup: an overestimate
 			}
 		}
-		a.phase = phaseBusy
+		// The budget for the idle period to come.
+		a.budget = autoBudget(a.wake(), a.gap)
+		a.phase, a.observed = phaseBusy, false
 		if a.wantSpin() {
 			return true // the idle period starts at the first poll that finds nothing
 		}
@@ -299,6 +318,8 @@ func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 			return true
 		}
 		a.observe(false)
+		a.observeGap(2 * a.budget) // longer than B, by how much unknown
+		a.observed = true
 		st.spinGaveUp.Add(1)
 		st.spinNanos.Add(uint64(now - a.idleStart))
 		a.phase = phaseBlock // the idle period goes on, already observed
@@ -335,6 +356,11 @@ func (a *autoSpin) wantSpin() bool {
 func (a *autoSpin) block(now time.Duration) {
 	a.phase, a.idleStart = phaseBlock, now
 	a.release()
+}
+
+// observeGap moves the typical gap 1/autoSpinWeight of the way to g.
+func (a *autoSpin) observeGap(g time.Duration) {
+	a.gap += (g - a.gap) / autoSpinWeight
 }
 
 func (a *autoSpin) observe(hit bool) {

@@ -86,17 +86,18 @@ func repeat(gap time.Duration, n int) []time.Duration {
 func newSimPolicy(t *testing.T) *autoSpin {
 	a := newAutoSpin(func() time.Duration { return simW })
 	a.idleStart = 0
-	a.budget = autoBudget(simW)
+	a.budget = autoBudget(simW, 0)
 	t.Cleanup(a.release)
 	return a
 }
 
-// Back to back (gaps inside B = 4W = 20µs): the policy learns to spin and
+// Back to back (gaps inside 16W = 80µs): the policy learns to spin and
 // then spins through nearly every idle period, finding the event each
 // time. With 3µs gaps a blocked period (gap plus 7µs wakeup) already shows
-// a short gap; with 15µs it does not (22µs > B), and only the probes teach.
+// a short gap; with 15µs it does not at first (22µs > B = 4W = 20µs), and
+// only the probes teach; 33µs needs the budget stretched to twice the gap.
 func TestAutoSpinBackToBack(t *testing.T) {
-	for _, gap := range []time.Duration{3 * time.Microsecond, 15 * time.Microsecond} {
+	for _, gap := range []time.Duration{3 * time.Microsecond, 15 * time.Microsecond, 33 * time.Microsecond} {
 		a := newSimPolicy(t)
 		r := simulate(t, a, repeat(gap, 2000))
 		if r.gaveUp != 1 { // the spin after the last event, which never ends
@@ -129,10 +130,10 @@ func allTrue(b []bool) bool {
 	return true
 }
 
-// Open loop (gaps far beyond B): the policy spins only on probes, one idle
-// period in autoSpinProbe, each at most B.
+// Open loop (gaps beyond the largest budget, 16W = 80µs): the policy spins
+// only on probes, one idle period in autoSpinProbe, each at most 16W.
 func TestAutoSpinLongGaps(t *testing.T) {
-	for _, gap := range []time.Duration{33 * time.Microsecond, 100 * time.Microsecond, 500 * time.Microsecond} {
+	for _, gap := range []time.Duration{100 * time.Microsecond, 200 * time.Microsecond, 500 * time.Microsecond} {
 		a := newSimPolicy(t)
 		r := simulate(t, a, repeat(gap, 1600))
 		if want := r.periods/autoSpinProbe + 1; r.spun > want {
@@ -149,9 +150,9 @@ func TestAutoSpinLongGaps(t *testing.T) {
 // crosses it) in any idle period, so at most that per spin in total.
 func checkBound(t *testing.T, a *autoSpin, r simResult) {
 	t.Helper()
-	perIdle := a.budget + 2*simPollCost // the yield poll, B, the poll that crosses B
+	perIdle := min(autoSpinCap*simW, autoSpinMax) + 2*simPollCost // the yield poll, B, the poll that crosses B
 	if r.maxPerIdle > perIdle {
-		t.Errorf("polled idle for %v in one idle period, bound B = %v", r.maxPerIdle, a.budget)
+		t.Errorf("polled idle for %v in one idle period, bound 16W = %v", r.maxPerIdle, autoSpinCap*simW)
 	}
 	if r.spinTime > time.Duration(r.spun)*perIdle {
 		t.Errorf("spun %v over %d spins, bound %v", r.spinTime, r.spun, time.Duration(r.spun)*perIdle)
@@ -232,15 +233,20 @@ func TestAutoSpinSlots(t *testing.T) {
 	}
 }
 
-// Budget: B = autoSpinK·W, capped at autoSpinMax.
+// Budget: twice the typical gap, within [4W, 16W], at most autoSpinMax.
 func TestAutoSpinBudget(t *testing.T) {
-	for _, tt := range []struct{ w, want time.Duration }{
-		{5 * time.Microsecond, 20 * time.Microsecond},
-		{100 * time.Microsecond, 400 * time.Microsecond},
-		{10 * time.Millisecond, autoSpinMax},
+	us := time.Microsecond
+	for _, tt := range []struct{ w, gap, want time.Duration }{
+		{5 * us, 0, 20 * us},
+		{5 * us, 8 * us, 20 * us},
+		{5 * us, 30 * us, 60 * us},
+		{5 * us, 500 * us, 80 * us},
+		{100 * us, 0, 400 * us},
+		{100 * us, 10 * time.Millisecond, autoSpinMax},
+		{10 * time.Millisecond, 0, autoSpinMax},
 	} {
-		if got := autoBudget(tt.w); got != tt.want {
-			t.Errorf("autoBudget(%v) = %v, want %v", tt.w, got, tt.want)
+		if got := autoBudget(tt.w, tt.gap); got != tt.want {
+			t.Errorf("autoBudget(%v, %v) = %v, want %v", tt.w, tt.gap, got, tt.want)
 		}
 	}
 }

@@ -41,8 +41,8 @@ type Stats struct {
 	Total   PollerStats
 
 	// SpinAuto only (zero otherwise): W, what a block and wakeup cost as
-	// measured in this process, and B, the most a poller spins in one idle
-	// period. See doc.go, "Spinning".
+	// measured in this process now, and the most a poller may spin in one
+	// idle period with that W (16W, at most 1ms). See doc.go, "Spinning".
 	WakeCost   time.Duration
 	SpinBudget time.Duration
 }
