@@ -2,7 +2,7 @@
 // program built with the patched toolchain (runtime_patch/build.sh). It runs
 // itself as a child with GODEBUG set and looks at what the child did:
 //
-//	check [-n rounds] [-shards n] [-spin µs] oneshot|spin|shards
+//	check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|shards
 //
 // The checks:
 //
@@ -20,6 +20,11 @@
 //     process the other P often runs the peer and readies the goroutine
 //     itself; with both on one CPU the peer waits for the spinner's CPU
 //     until the spin ends. Either way the count depended on scheduling.)
+//   - spinauto: the same two pinned children with netpollspin=auto: the
+//     spinning P must find goroutines during the traffic, and in an idle
+//     window after it (sleeps, a parked reader, no network event) the
+//     sessions started must stay within the bound the policy gives. See
+//     spinauto.go.
 //   - shards: the child, with one P, opens a listener and 160 loopback
 //     connections (320 fds, more than one block of 256 fd numbers) and
 //     reads /proc/self/fd and each eventpoll fd's /proc/self/fdinfo: with
@@ -36,8 +41,8 @@
 //
 // Check fails unless runtime.Version names the patched toolchain, since a
 // stock runtime ignores the settings. The child form is
-// "check child pingpong|echo|epollfds|accept [-n rounds] [-pairs n] [-peer addr]"; it is for
-// check's own use, and for measuring: "accept" dials n connections one
+// "check child pingpong|echo|epollfds|accept|idle [-n rounds] [-pairs n] [-peer addr] [-sleeps n]";
+// it is for check's own use, and for measuring: "accept" dials n connections one
 // after another to a listener that one goroutine accepts from, and prints
 // the accepts and the process's context switches, for the runtime counters
 // (GODEBUG=netpollstats=1) to be read per accept.
@@ -81,7 +86,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return errors.New("usage: check [-n rounds] [-shards n] [-spin µs] oneshot|spin|shards")
+		return errors.New("usage: check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|shards")
 	}
 	if !strings.Contains(runtime.Version(), "edgepoll") {
 		return fmt.Errorf("built with %s, not the patched toolchain: the settings would be ignored", runtime.Version())
@@ -96,6 +101,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return c.oneshot()
 	case "spin":
 		return c.spin(*spin)
+	case "spinauto":
+		return c.spinAuto()
 	case "shards":
 		return c.shards(*shards)
 	}
@@ -194,13 +201,29 @@ func countTrace(path string) (mods, parks int, err error) {
 
 var statRE = regexp.MustCompile(`(?m)^edgepoll:.*$`)
 
-// stat returns the named counter from the runtime's netpollstats line.
+// stat returns the named counter from the runtime's first netpollstats
+// line.
 func stat(stderr []byte, name string) (uint64, error) {
-	line := statRE.Find(stderr)
-	if line == nil {
+	lines := statLines(stderr)
+	if len(lines) == 0 {
 		return 0, fmt.Errorf("no edgepoll line in the child's stderr (is netpollstats=1 honoured?):\n%s", stderr)
 	}
-	for _, f := range strings.Fields(string(line)) {
+	return statIn(lines[0], name)
+}
+
+// statLines returns the runtime's netpollstats lines, in order: one when
+// main returns, and one before it at each runtime.ReadMemStats.
+func statLines(stderr []byte) []string {
+	var lines []string
+	for _, l := range statRE.FindAll(stderr, -1) {
+		lines = append(lines, string(l))
+	}
+	return lines
+}
+
+// statIn returns the named counter from one netpollstats line.
+func statIn(line, name string) (uint64, error) {
+	for _, f := range strings.Fields(line) {
 		if k, v, ok := strings.Cut(f, "="); ok && k == name {
 			return strconv.ParseUint(v, 10, 64)
 		}
@@ -234,7 +257,7 @@ func (c checker) spin(us int) error {
 		if on {
 			godebug = fmt.Sprintf("netpollspin=%d,netpollstats=1", us)
 		}
-		stderr, err := c.spinPingPong(godebug)
+		stderr, err := c.pinnedToEcho(godebug, "pingpong", "-n", strconv.Itoa(c.rounds))
 		if err != nil {
 			return err
 		}
@@ -258,13 +281,13 @@ func (c checker) spin(us int) error {
 	return nil
 }
 
-// spinPingPong runs the ping-pong child with godebug pinned to CPU 0
-// against an echo child pinned to CPU 1, and returns the ping-pong child's
-// stderr. The pinning is what makes the check deterministic: a spinning M
-// keeps its CPU for the whole budget, so a peer queued behind it on the
-// same CPU answers only after the spin has ended, and the spinning P finds
-// nothing however well it works.
-func (c checker) spinPingPong(godebug string) ([]byte, error) {
+// pinnedToEcho runs the child workload (pingpong or idle) with godebug
+// pinned to CPU 0 against an echo child pinned to CPU 1, and returns the
+// workload child's stderr. The pinning is what makes the check
+// deterministic: a spinning M keeps its CPU for the whole budget, so a
+// peer queued behind it on the same CPU answers only after the spin has
+// ended, and the spinning P finds nothing however well it works.
+func (c checker) pinnedToEcho(godebug string, workload ...string) ([]byte, error) {
 	if _, err := exec.LookPath("taskset"); err != nil {
 		return nil, fmt.Errorf("the spin check pins its two processes with taskset: %v", err)
 	}
@@ -290,7 +313,8 @@ func (c checker) spinPingPong(godebug string) ([]byte, error) {
 		stop()
 		return nil, fmt.Errorf("echo child: no address: %v\n%s", err, perr.Bytes())
 	}
-	_, stderr, err := c.child(godebug, nil, []string{"taskset", "-c", "0"}, "pingpong", "-n", strconv.Itoa(c.rounds), "-peer", strings.TrimSpace(addr))
+	args := append(workload, "-peer", strings.TrimSpace(addr))
+	_, stderr, err := c.child(godebug, nil, []string{"taskset", "-c", "0"}, args...)
 	if err != nil {
 		stop()
 		return nil, err
@@ -402,6 +426,7 @@ func child(args []string, stdout io.Writer) error {
 	pairs := fs.Int("pairs", 1, "concurrent ping-pong connections")
 	peer := fs.String("peer", "", "ping-pong against this echo address instead of an in-process peer")
 	fill := fs.Int("fill", 0, "open this many fds (of /dev/null) before the ping-pongs")
+	sleeps := fs.Int("sleeps", idleSleeps, "idle: sleeps in the idle window after the ping-pong")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -433,6 +458,8 @@ func child(args []string, stdout io.Writer) error {
 		return nil
 	case "echo":
 		return echoOne(stdout)
+	case "idle":
+		return idleAfterPingPong(*rounds, *sleeps, *peer)
 	case "epollfds":
 		line, err := epollFDs()
 		if err != nil {

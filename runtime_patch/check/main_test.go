@@ -108,3 +108,84 @@ func TestPingPongPeer(t *testing.T) {
 		t.Fatalf("pingpong with its own peer: %v", err)
 	}
 }
+
+func TestStatLines(t *testing.T) {
+	stderr := []byte("edgepoll: spin-p=249 spin-idle=3\nnoise\nedgepoll: spin-p=7 spin-idle=203\nedgepoll: spin-p=7 spin-idle=205\n")
+	lines := statLines(stderr)
+	if len(lines) != 3 {
+		t.Fatalf("statLines found %d lines, want 3: %q", len(lines), lines)
+	}
+	if v, err := statIn(lines[1], "spin-idle"); err != nil || v != 203 {
+		t.Errorf("statIn(second line, spin-idle) = %d, %v; want 203", v, err)
+	}
+	if v, err := stat(stderr, "spin-p"); err != nil || v != 249 {
+		t.Errorf("stat(spin-p) = %d, %v; want 249 from the first line", v, err)
+	}
+}
+
+// TestMissesBelowHalf checks the bound the spinauto check derives from the
+// policy against the runtime's integer update, done by hand: p += -p/8,
+// truncated towards zero.
+func TestMissesBelowHalf(t *testing.T) {
+	tests := []struct {
+		p    int64
+		want int
+	}{
+		{p: 0, want: 0},
+		{p: 127, want: 0},
+		{p: 128, want: 1}, // 128 - 16 = 112
+		{p: 145, want: 1}, // 145 - 18 = 127
+		{p: 146, want: 2}, // 146 - 18 = 128, still half; 128 - 16 = 112
+		{p: 249, want: 6}, // 218 191 168 147 129 113
+		{p: 255, want: 6}, // 224 196 172 151 133 117: the most p can be
+	}
+	for _, tt := range tests {
+		if got := missesBelowHalf(tt.p); got != tt.want {
+			t.Errorf("missesBelowHalf(%d) = %d, want %d", tt.p, got, tt.want)
+		}
+	}
+}
+
+func TestJudgeIdleWindow(t *testing.T) {
+	// At the end of traffic: p = 249, 6 misses from below half.
+	before := map[string]int64{"spin-w-ns": 5000, "spin-p": 249, "spin-sessions": 1900, "spin-probes": 3,
+		"spin-found": 1850, "spin-blocked-hits": 6, "spin-idle": 1990}
+	window := func(sessions, probes, found, blockedHits, idle int64) map[string]int64 {
+		after := map[string]int64{}
+		for k, v := range before {
+			after[k] = v
+		}
+		after["spin-sessions"] += sessions
+		after["spin-probes"] += probes
+		after["spin-found"] += found
+		after["spin-blocked-hits"] += blockedHits
+		after["spin-idle"] += idle
+		return after
+	}
+	tests := []struct {
+		name   string
+		before map[string]int64
+		after  map[string]int64
+		ok     bool
+	}{
+		{name: "stops", before: before, after: window(12, 6, 0, 0, 200), ok: true},
+		{name: "one session too many", before: before, after: window(13, 6, 0, 0, 200)},
+		{name: "probes beyond one in 32", before: before, after: window(14, 8, 0, 0, 200)},
+		{name: "spins at every idle moment", before: before, after: window(200, 6, 0, 0, 200)},
+		{name: "a network event in the window", before: before, after: window(12, 6, 1, 0, 200)},
+		{name: "a blocked hit in the window", before: before, after: window(12, 6, 0, 1, 200)},
+		{name: "fewer idle moments than sleeps", before: before, after: window(0, 0, 0, 0, 99)},
+		{name: "no wakeup timed", before: map[string]int64{"spin-p": 0}, after: map[string]int64{"spin-idle": 100}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := judgeIdleWindow(tt.before, tt.after, 100)
+			if tt.ok && err != nil {
+				t.Errorf("judgeIdleWindow: %v, want no error", err)
+			}
+			if !tt.ok && err == nil {
+				t.Error("judgeIdleWindow: no error")
+			}
+		})
+	}
+}
