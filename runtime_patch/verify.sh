@@ -2,8 +2,8 @@
 # verify.sh [GOROOT] checks the edgepoll toolchain built by build.sh.
 #
 # For GODEBUG empty and for each setting (netpolloneshot=1, netpollspin=50,
-# netpollshards=4) it runs, with GODEBUG set for the go command and the
-# tests alike (both run on the patched runtime):
+# netpollspin=auto, netpollshards=4) it runs, with GODEBUG set for the go
+# command and the tests alike (both run on the patched runtime):
 #   go vet runtime
 #   go test -short net internal/poll os/signal net/http
 #   go test -short -run Netpoll runtime   (TestNetpollBreak, TestNetpollDeadlock,
@@ -15,9 +15,10 @@
 # with the patched toolchain (see check/main.go): one EPOLL_CTL_MOD per park
 # under strace for netpolloneshot, goroutines found by the spinning P for
 # netpollspin (a ping-pong and its echo peer pinned to CPUs 0 and 1 with
-# taskset), n eventpoll fds and Ms waiting on single shards for
-# netpollshards. It runs every step, prints a summary, and exits 1 if any
-# step failed.
+# taskset), the same for netpollspin=auto and, in an idle window after the
+# traffic, no more spin sessions than the adaptive policy's bound, n
+# eventpoll fds and Ms waiting on single shards for netpollshards. It runs
+# every step, prints a summary, and exits 1 if any step failed.
 #
 # Environment read:
 #   EDGEPOLL_GOROOT        default GOROOT when no argument is given
@@ -26,7 +27,7 @@
 #   EDGEPOLL_VERIFY_CACHE  GOCACHE for the tests (default: .verify-gocache
 #                          next to GOROOT), kept between runs
 #   EDGEPOLL_SETTINGS      space-separated GODEBUG values to test instead of
-#                          the four above; write "-" for GODEBUG empty
+#                          the five above; write "-" for GODEBUG empty
 #   TMPDIR                 where the temporary HOME and check binary go
 #   PATH                   to find strace, taskset and the C toolchain
 # Every other GO* variable is cleared; GOFLAGS is empty, GOTOOLCHAIN=local,
@@ -38,7 +39,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 goroot=${1:-${EDGEPOLL_GOROOT:-$HOME/.cache/edgepoll/$version}}
 goroot=$(cd "$goroot" 2>/dev/null && pwd) || { echo "verify.sh: no GOROOT at ${1:-${EDGEPOLL_GOROOT:-$HOME/.cache/edgepoll/$version}}; run build.sh first" >&2; exit 1; }
 cache=${EDGEPOLL_VERIFY_CACHE:-$(dirname "$goroot")/.verify-gocache}
-read -r -a settings <<<"${EDGEPOLL_SETTINGS:-- netpolloneshot=1 netpollspin=50 netpollshards=4}"
+read -r -a settings <<<"${EDGEPOLL_SETTINGS:-- netpolloneshot=1 netpollspin=50 netpollspin=auto netpollshards=4}"
 
 for v in $(compgen -e); do
 	[[ $v == GO* || $v == CGO_* ]] && unset "$v"
@@ -105,7 +106,7 @@ if ! command -v strace >/dev/null && [[ $(id -u) == 0 ]] && command -v apt-get >
 	apt-get install -y -qq strace >/dev/null || true
 fi
 if ! command -v taskset >/dev/null && [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
-	echo "=== installing util-linux (taskset) for the spin check"
+	echo "=== installing util-linux (taskset) for the spin checks"
 	apt-get install -y -qq util-linux >/dev/null || true
 fi
 # The check uses only the standard library: build it as a module of its own,
@@ -117,6 +118,7 @@ step "build check" go build -C "$tmp/checksrc" -o "$tmp/check" .
 if [[ -x $tmp/check ]]; then
 	step "check oneshot" "$tmp/check" oneshot
 	step "check spin" "$tmp/check" spin
+	step "check spinauto" "$tmp/check" spinauto
 	step "check shards" "$tmp/check" shards
 fi
 
