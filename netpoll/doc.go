@@ -108,16 +108,16 @@
 //
 // Config.SpinPolicy = SpinAuto (NETPOLL spin=auto) lets each poller decide
 // at every idle moment, the moment a poll after events finds nothing,
-// whether to spin and for how long:
+// whether to spin and for how long. It measures two costs on the running
+// machine: C, the process CPU time that one blocked idle period costs (the
+// park, the sleep and the wakeup; timed on one blocked period in 8,
+// Stats.BlockCost), and W, a wakeup round trip through the runtime's
+// netpoller (measured when the first SpinAuto group starts and every
+// second after, Stats.WakeCost). Then:
 //
-//   - W, what a block and wakeup cost here, is measured once per process
-//     when the first SpinAuto group starts: the median round trip of two
-//     goroutines passing a byte over two pipes through the runtime's
-//     netpoller, each parked until the other's write readies it
-//     (Stats.WakeCost). Nothing about the machine is hard-coded.
-//   - The budget B = 4W, at most 1ms (Stats.SpinBudget): time for the
-//     peer's own wakeup and its work, which a request/response gap holds.
-//     A spin that finds no event within B ends, and the poller blocks.
+//   - The budget B is twice the typical idle gap, at most 2C, at least 4W,
+//     at most 1ms (Stats.SpinBudget). A spin that finds no event within B
+//     ends, and the poller blocks.
 //   - The poller keeps an estimate p of how often a spin of B finds an
 //     event, a moving average over its idle periods: a spin that found an
 //     event counts as a hit, one that used up B as a miss, and an idle
@@ -129,15 +129,16 @@
 //   - At most max(1, GOMAXPROCS-1) pollers spin at once in the process,
 //     and a spinning poller yields its P after every poll.
 //
-// The bound: in one idle period a SpinAuto poller spins at most B = 4W, so
-// its CPU is never more than 1 + 4 times that of the best choice made in
+// The bound: in one idle period a SpinAuto poller spins at most B <=
+// max(2C, 4W) and 1ms, about twice the CPU of the block it tries to save,
+// so its CPU is at most three times that of the best choice made in
 // hindsight (spin-then-block, Karlin et al., SOSP 1991). While its spins
-// mostly fail it spins in one idle period in 32, so its spinning averages
-// at most B/32 per idle period. An idle poller stops spinning at most B (<= 1ms) after its last
-// event and then blocks, using no CPU. Stats count the idle periods it
-// spun through (SpinDecisions), the spins that found an event (SpinFound)
-// or gave up (SpinGaveUp) and the time spent in them (SpinTime). The
-// policy and its constants are in spin_linux.go.
+// mostly fail it spins in one idle period in 32. An idle poller stops
+// spinning at most B after its last event and then blocks, using no CPU.
+// Stats count the idle periods it spun through (SpinDecisions), the spins
+// that found an event (SpinFound) or gave up (SpinGaveUp) and the time
+// spent in them (SpinTime). The policy and its measurements are in
+// spin_linux.go.
 //
 // Config.BusyPoll sets Linux 6.9+ per-epoll kernel busy polling
 // (EPIOCSPARAMS): epoll_wait polls the device's NAPI queue before sleeping.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Group is a set of epoll pollers and the connections and listeners
@@ -78,7 +79,7 @@ func (g *Group) Stats() Stats {
 		s.Total.add(&s.Pollers[i])
 		if g.cfg.SpinPolicy == SpinAuto {
 			s.WakeCost = wakeCost()
-			s.SpinBudget = autoBudget(s.WakeCost, autoSpinMax) // the most it spins now
+			s.SpinBudget = max(s.SpinBudget, time.Duration(p.st.spinBudget.Load()))
 		}
 	}
 	return s

@@ -79,6 +79,8 @@ type pollerCounters struct {
 	spinFound      atomic.Uint64 // SpinAuto: of those, spins that found an event
 	spinGaveUp     atomic.Uint64 // SpinAuto: of those, spins that used up the budget
 	spinNanos      atomic.Uint64 // SpinAuto: time spent in those spins
+	blockCost      atomic.Uint64 // SpinAuto: median process CPU (ns) of a sampled blocked idle period
+	spinBudget     atomic.Uint64 // SpinAuto: the budget (ns) of its latest idle moment
 	events         atomic.Uint64 // events returned
 	stale          atomic.Uint64 // events dropped: fd closed or generation reused
 	ctlAdd         atomic.Uint64
@@ -520,6 +522,7 @@ func (p *poller) stats() PollerStats {
 		SpinFound:      p.st.spinFound.Load(),
 		SpinGaveUp:     p.st.spinGaveUp.Load(),
 		SpinTime:       time.Duration(p.st.spinNanos.Load()),
+		BlockCost:      time.Duration(p.st.blockCost.Load()),
 		Events:         p.st.events.Load(),
 		StaleEvents:    p.st.stale.Load(),
 		CtlAdd:         p.st.ctlAdd.Load(),

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Adaptive spinning (SpinAuto): the policy and its bound. doc.go,
@@ -19,37 +21,46 @@ import (
 // Manasse, Owicki, SOSP 1991): spinning for about what a block and wakeup
 // cost is never worse than twice the best choice made in hindsight. A
 // poller that has seen its recent idle gaps can do better than spinning
-// every time, so the policy spins only where recent spins paid.
+// every time, so the policy spins only where recent spins paid, and for
+// about as long as its gaps last, within what a block costs.
 //
-//   - W is what a block and wakeup cost on the running machine, measured
-//     once per process (wakeCost): the median round trip of two goroutines
-//     passing a byte over two pipes through the runtime's netpoller, each
-//     parking until the other's write wakes it. It is what the scheduler
-//     spends to park a goroutine on an fd and run it again when the fd is
-//     ready, twice; with GOMAXPROCS > 1 it includes the kernel waking an
-//     idle thread. (A timer's wakeup, tried instead, read 7 to 21µs from
-//     one start to the next on the same machine, against 4.5 to 4.7µs for
-//     this round trip: a virtual machine's timer interrupt is not the
-//     wakeup a socket event makes.)
+// Two costs are measured on the running machine, none hard-coded:
+//
+//   - C, the CPU a blocked idle period costs the process: one such period
+//     in autoSpinCostEvery starts at an idle moment (after a yield, so the
+//     goroutines just woken have run) and is timed with the process CPU
+//     clock until the poller runs again with events; C is the median of the
+//     last 15. It holds the park, the scheduler's idle path, the sleep and
+//     the wakeup as the process pays them (about 15-25µs on a 2-vCPU EPYC
+//     guest), which is the currency of the CPU the spin burns.
+//   - W, the runtime's own wakeup round trip (wakeCost): the lower quartile
+//     of round trips of two goroutines passing a byte over two pipes
+//     through the runtime's netpoller, measured when the first SpinAuto
+//     poller starts and again every wakeRefresh. It is what the budget is
+//     before C is known, and its floor. Inside one process pinned to one
+//     CPU it cannot see a cross-core wakeup: on that guest W read 4.5µs
+//     while a cross-core round trip read 11 to 44µs within minutes.
+//     (A timer's wakeup, tried instead, read 7 to 21µs from one start to
+//     the next: a virtual machine's timer interrupt is not the wakeup a
+//     socket event makes.)
+//
+// The policy:
+//
 //   - The budget B is twice the typical idle gap (a moving average, weight
 //     1/autoSpinWeight, of the gaps seen: exact after a spin that found an
-//     event, plus this poller's own wakeup after a block, "more than B"
-//     after a spin that gave up), kept within [4W, 16W] and at most
-//     autoSpinMax. The gap a spin must outlast to save a wakeup is, in a
-//     request and response exchange, the peer's own wakeup plus its work.
-//     The peer's wakeup is cross-core, and W, measured inside one process
-//     (pinned to one CPU, GOMAXPROCS=1), cannot see a cross-core wakeup:
-//     on a 2-vCPU EPYC guest W read 4.5µs while a cross-core wakeup round
-//     trip read 11 to 44µs within minutes, and a 1-connection closed
-//     loop's gaps went from 15 to 40µs with it. With B fixed at 4W such a
-//     loop stopped spinning whenever the host slowed; the gaps themselves
-//     tell B how far to stretch, and 16W bounds it. 4W: the ski-rental
-//     budget W would catch none of those gaps.
+//     event, plus this poller's own wakeup after a block, "twice B" after a
+//     spin that gave up), at most autoSpinCostK·C, at least autoSpinK·W, at
+//     most autoSpinMax. The gap a spin must outlast in a request and
+//     response exchange is the peer's own wakeup plus its work, which moves
+//     with the host (a 1-connection closed loop's gaps went from 15 to 40µs
+//     in minutes), so B follows the gaps; 2C keeps it where spinning costs
+//     at most twice what blocking would have. (3C spun through half the
+//     80µs gaps of a 10k req/s open loop, doubling its CPU per request.)
 //   - p estimates how often a spin of B finds an event: an exponentially
-//     weighted average (weight 1/autoSpinWeight) of at most one observation per
-//     idle period. A spin that found an event is a hit, one that used up B
-//     a miss. An idle period the poller blocked through is a hit if the
-//     next event came within B of the block (wakeup included), and no
+//     weighted average (weight 1/autoSpinWeight) of at most one observation
+//     per idle period. A spin that found an event is a hit, one that used
+//     up B a miss. An idle period the poller blocked through is a hit if
+//     the next event came within B of the block (wakeup included), and no
 //     observation otherwise: the gap it saw is the peer's gap plus this
 //     poller's own wakeup, and in a closed loop the peer's gap may itself
 //     hold the peer's wakeup, so a long blocked gap does not show that a
@@ -66,18 +77,20 @@ import (
 //     goroutines it woke and any other runnable goroutine run first.
 //
 // The bound: the CPU spent spinning in one idle period is at most B <=
-// autoSpinCap·W = 16W (and 1ms), so at most 1 + 16 times the best choice in
-// hindsight. While spins mostly fail (p < 1/2), the poller spins in one
-// idle period in autoSpinProbe, so its spinning averages at most
-// B/autoSpinProbe per idle period. An idle poller stops spinning at most B
-// (<= autoSpinMax = 1ms) after its last event, and then blocks: no CPU.
+// max(2C, 4W), at most 1ms: about twice what the block it tries to save
+// costs, so at most three times the best choice made in hindsight. While
+// spins mostly fail (p < 3/8) the poller spins in one idle period in
+// autoSpinProbe, so its spinning averages at most B/autoSpinProbe per idle
+// period. An idle poller stops spinning at most B (<= autoSpinMax = 1ms)
+// after its last event, and then blocks: no CPU.
 const (
-	autoSpinK      = 4  // B >= autoSpinK·W
-	autoSpinCap    = 16 // B <= autoSpinCap·W
-	autoSpinMax    = time.Millisecond
-	autoSpinWeight = 8  // p moves 1/8 of the way to each observation
-	autoSpinProbe  = 32 // with p < 1/2, spin on one idle moment in 32
-	autoSpinOne    = 256
+	autoSpinK         = 4 // B >= autoSpinK·W
+	autoSpinCostK     = 2 // B <= autoSpinCostK times the CPU a blocked idle period costs
+	autoSpinCostEvery = 8 // time the CPU of one blocked idle period in 8
+	autoSpinMax       = time.Millisecond
+	autoSpinWeight    = 8  // p moves 1/8 of the way to each observation
+	autoSpinProbe     = 32 // with p < 1/2, spin on one idle moment in 32
+	autoSpinOne       = 256
 )
 
 // wakeRefresh is how often W is measured again while a SpinAuto poller
@@ -215,10 +228,16 @@ func measureWakeRoundTrip(warm, rounds int) (time.Duration, error) {
 	return trips[len(trips)/4], nil
 }
 
-// autoBudget returns B for a wakeup cost w and a typical gap: twice the
-// gap, within [autoSpinK·w, autoSpinCap·w], at most autoSpinMax.
-func autoBudget(w, gap time.Duration) time.Duration {
-	return min(max(2*gap, autoSpinK*w), autoSpinCap*w, autoSpinMax)
+// autoBudget returns B for a wakeup cost w, a typical gap and the CPU a
+// blocked idle period costs (0 if not measured yet): twice the gap, at
+// most autoSpinCostK·blockCost (autoSpinK·w before that is known), at
+// least autoSpinK·w, at most autoSpinMax.
+func autoBudget(w, gap, blockCost time.Duration) time.Duration {
+	most := autoSpinK * w
+	if blockCost > 0 {
+		most = autoSpinCostK * blockCost
+	}
+	return min(max(autoSpinK*w, min(2*gap, most)), autoSpinMax)
 }
 
 // spinners counts the SpinAuto pollers spinning now, process-wide.
@@ -259,9 +278,14 @@ const (
 // touches it; what Stats reads is in pollerCounters.
 type autoSpin struct {
 	wake      func() time.Duration // W now (wakeCost)
+	cpu       func() time.Duration // the process CPU time (processCPU)
 	budget    time.Duration        // B, set at each event for the idle period to come
 	gap       time.Duration        // typical idle gap, a moving average
 	observed  bool                 // the current idle period has been observed
+	blocks    uint32               // idle periods blocked in since the last timed one
+	sample    bool                 // phaseBusy: block at the idle moment and time it
+	cpuStart  time.Duration        // process CPU time when a sampled block began, 0 if none
+	blockCost costSamples          // process CPU used by sampled blocked periods
 	p         int32                // hit rate of a spin of B, in 1/autoSpinOne
 	spinning  bool                 // p reached 1/2 and has not fallen below 3/8 since
 	probe     uint32               // idle moments decided while not spinning
@@ -272,7 +296,7 @@ type autoSpin struct {
 }
 
 func newAutoSpin(wake func() time.Duration) *autoSpin {
-	return &autoSpin{wake: wake, phase: phaseBlock, idleStart: monoNow()}
+	return &autoSpin{wake: wake, cpu: processCPU, phase: phaseBlock, idleStart: monoNow()}
 }
 
 var monoEpoch = time.Now()
@@ -299,17 +323,39 @@ func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 				a.observeGap(gap) // with this poller's wakeup: an overestimate
 			}
 		}
-		// The budget for the idle period to come.
-		a.budget = autoBudget(a.wake(), a.gap)
-		a.phase, a.observed = phaseBusy, false
-		if a.wantSpin() {
-			return true // the idle period starts at the first poll that finds nothing
+		if a.phase == phaseBlock && a.cpuStart != 0 {
+			a.blockCost.add(a.cpu() - a.cpuStart)
+			st.blockCost.Store(uint64(a.blockCost.median()))
 		}
-		a.block(now)
-		return false
+		a.cpuStart = 0
+		a.budget = autoBudget(a.wake(), a.gap, a.blockCost.median())
+		st.spinBudget.Store(uint64(a.budget))
+		a.observed = false
+		if a.phase != phaseBusy {
+			a.sample = false
+			switch {
+			case a.wantSpin():
+			case a.blocks+1 == autoSpinCostEvery:
+				a.sample = true // block from the idle moment, and time it
+			default:
+				a.blocks++
+				a.block(now)
+				return false
+			}
+		}
+		// Yield and poll once more: the goroutines just woken run first,
+		// and the idle period starts when a poll finds nothing.
+		a.phase = phaseBusy
+		return true
 	}
 	switch a.phase {
 	case phaseBusy:
+		if a.sample || !a.slot {
+			a.blocks, a.sample = 0, false
+			a.block(now)
+			a.cpuStart = a.cpu()
+			return false
+		}
 		a.phase, a.idleStart, a.spinUntil = phaseSpin, now, now+a.budget
 		st.spinDecisions.Add(1)
 		return true
@@ -356,6 +402,40 @@ func (a *autoSpin) wantSpin() bool {
 func (a *autoSpin) block(now time.Duration) {
 	a.phase, a.idleStart = phaseBlock, now
 	a.release()
+}
+
+// costSamples keeps the last len(v) samples of what a blocked idle period
+// cost the process in CPU time.
+type costSamples struct {
+	v    [15]time.Duration
+	n, i int
+}
+
+func (c *costSamples) add(d time.Duration) {
+	c.v[c.i] = d
+	c.i = (c.i + 1) % len(c.v)
+	c.n = min(c.n+1, len(c.v))
+}
+
+// median returns the median sample, 0 before the first.
+func (c *costSamples) median() time.Duration {
+	if c.n == 0 {
+		return 0
+	}
+	s := c.v
+	sorted := s[:c.n]
+	slices.Sort(sorted)
+	return sorted[c.n/2]
+}
+
+// processCPU is the CPU time the process has used (CLOCK_PROCESS_CPUTIME_ID:
+// user and system time of every thread, to the nanosecond).
+func processCPU() time.Duration {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_PROCESS_CPUTIME_ID, &ts) != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
 }
 
 // observeGap moves the typical gap 1/autoSpinWeight of the way to g.

@@ -14,9 +14,11 @@ import (
 // counts and the written bound (spin_linux.go), never the machine's speed.
 
 const (
-	simW           = 5 * time.Microsecond // the wakeup cost the policy is given
+	simW           = 5 * time.Microsecond  // the wakeup cost the policy is given
+	simBlockCost   = 15 * time.Microsecond // the process CPU one blocked idle period costs
 	simPollCost    = 200 * time.Nanosecond
 	simWakeLatency = 7 * time.Microsecond
+	simMaxBudget   = autoSpinCostK * simBlockCost // 30µs
 )
 
 // simResult is what one simulated run did.
@@ -64,6 +66,7 @@ func simulate(t *testing.T, a *autoSpin, gaps []time.Duration) simResult {
 		if now < event {                       // blocked: woken after the event
 			r.blocked++
 			now = event + simWakeLatency
+			simCPU += simBlockCost
 		}
 	}
 	r.spun = int(st.spinDecisions.Load())
@@ -83,21 +86,27 @@ func repeat(gap time.Duration, n int) []time.Duration {
 	return gaps
 }
 
+// simCPU is the simulated process CPU clock: each blocked period adds
+// simBlockCost (spinning adds to it too, but is never sampled).
+var simCPU = time.Second
+
 func newSimPolicy(t *testing.T) *autoSpin {
 	a := newAutoSpin(func() time.Duration { return simW })
+	a.cpu = func() time.Duration { return simCPU }
 	a.idleStart = 0
-	a.budget = autoBudget(simW, 0)
+	a.budget = autoBudget(simW, 0, 0)
 	t.Cleanup(a.release)
 	return a
 }
 
-// Back to back (gaps inside 16W = 80µs): the policy learns to spin and
-// then spins through nearly every idle period, finding the event each
-// time. With 3µs gaps a blocked period (gap plus 7µs wakeup) already shows
-// a short gap; with 15µs it does not at first (22µs > B = 4W = 20µs), and
-// only the probes teach; 33µs needs the budget stretched to twice the gap.
+// Back to back (gaps inside 2 × the block cost = 30µs): the policy learns
+// to spin and then spins through nearly every idle period, finding the
+// event each time. With 3µs gaps a blocked period (gap plus 7µs wakeup)
+// already shows a short gap; with 15µs it does not at first (22µs > B = 4W
+// = 20µs), and only the probes teach; 26µs needs the budget stretched
+// toward twice the gap.
 func TestAutoSpinBackToBack(t *testing.T) {
-	for _, gap := range []time.Duration{3 * time.Microsecond, 15 * time.Microsecond, 33 * time.Microsecond} {
+	for _, gap := range []time.Duration{3 * time.Microsecond, 15 * time.Microsecond, 26 * time.Microsecond} {
 		a := newSimPolicy(t)
 		r := simulate(t, a, repeat(gap, 2000))
 		if r.gaveUp != 1 { // the spin after the last event, which never ends
@@ -130,8 +139,8 @@ func allTrue(b []bool) bool {
 	return true
 }
 
-// Open loop (gaps beyond the largest budget, 16W = 80µs): the policy spins
-// only on probes, one idle period in autoSpinProbe, each at most 16W.
+// Open loop (gaps beyond the largest budget, 2 × the block cost = 30µs):
+// the policy spins only on probes, one idle period in autoSpinProbe.
 func TestAutoSpinLongGaps(t *testing.T) {
 	for _, gap := range []time.Duration{100 * time.Microsecond, 200 * time.Microsecond, 500 * time.Microsecond} {
 		a := newSimPolicy(t)
@@ -150,15 +159,18 @@ func TestAutoSpinLongGaps(t *testing.T) {
 // crosses it) in any idle period, so at most that per spin in total.
 func checkBound(t *testing.T, a *autoSpin, r simResult) {
 	t.Helper()
-	perIdle := min(autoSpinCap*simW, autoSpinMax) + 2*simPollCost // the yield poll, B, the poll that crosses B
+	perIdle := simMaxBudget + 2*simPollCost // the yield poll, B, the poll that crosses B
 	if r.maxPerIdle > perIdle {
-		t.Errorf("polled idle for %v in one idle period, bound 16W = %v", r.maxPerIdle, autoSpinCap*simW)
+		t.Errorf("polled idle for %v in one idle period, bound 2 × block cost = %v", r.maxPerIdle, simMaxBudget)
 	}
 	if r.spinTime > time.Duration(r.spun)*perIdle {
 		t.Errorf("spun %v over %d spins, bound %v", r.spinTime, r.spun, time.Duration(r.spun)*perIdle)
 	}
-	if all := time.Duration(r.idlePolls) * simPollCost; all > time.Duration(r.spun)*perIdle {
-		t.Errorf("polled idle for %v in all over %d spins, bound %v", all, r.spun, time.Duration(r.spun)*perIdle)
+	// Besides the spins, one poll per idle period: the poll after events
+	// that finds nothing and decides.
+	bound := time.Duration(r.spun)*perIdle + time.Duration(r.periods+1)*simPollCost
+	if all := time.Duration(r.idlePolls) * simPollCost; all > bound {
+		t.Errorf("polled idle for %v in all over %d spins and %d periods, bound %v", all, r.spun, r.periods, bound)
 	}
 }
 
@@ -220,11 +232,14 @@ func TestAutoSpinSlots(t *testing.T) {
 	a.p = autoSpinOne
 	taken := spinners.Swap(1 << 20)
 	var st pollerCounters
-	if a.next(1, 0, &st) {
+	if a.next(1, 0, &st) && a.next(0, time.Microsecond, &st) {
 		t.Error("spun with no free spinning slot")
 	}
+	if a.slot || st.spinDecisions.Load() != 0 {
+		t.Errorf("slot %v, %d spins with no free spinning slot", a.slot, st.spinDecisions.Load())
+	}
 	spinners.Store(taken)
-	if !a.next(1, time.Microsecond, &st) || !a.slot {
+	if !a.next(1, 2*time.Microsecond, &st) || !a.next(0, 3*time.Microsecond, &st) || !a.slot {
 		t.Error("did not spin with a free slot")
 	}
 	a.release()
@@ -233,20 +248,23 @@ func TestAutoSpinSlots(t *testing.T) {
 	}
 }
 
-// Budget: twice the typical gap, within [4W, 16W], at most autoSpinMax.
+// Budget: twice the typical gap, at least 4W, at most 2 × the block cost
+// (4W while that is unknown), at most autoSpinMax.
 func TestAutoSpinBudget(t *testing.T) {
 	us := time.Microsecond
-	for _, tt := range []struct{ w, gap, want time.Duration }{
-		{5 * us, 0, 20 * us},
-		{5 * us, 8 * us, 20 * us},
-		{5 * us, 30 * us, 60 * us},
-		{5 * us, 500 * us, 80 * us},
-		{100 * us, 0, 400 * us},
-		{100 * us, 10 * time.Millisecond, autoSpinMax},
-		{10 * time.Millisecond, 0, autoSpinMax},
+	for _, tt := range []struct{ w, gap, cost, want time.Duration }{
+		{5 * us, 0, 0, 20 * us},
+		{5 * us, 30 * us, 0, 20 * us},
+		{5 * us, 8 * us, 15 * us, 20 * us},
+		{5 * us, 12 * us, 15 * us, 24 * us},
+		{5 * us, 500 * us, 15 * us, 30 * us},
+		{5 * us, 500 * us, 2 * us, 20 * us},
+		{100 * us, 0, 0, 400 * us},
+		{100 * us, 10 * time.Millisecond, time.Millisecond, autoSpinMax},
+		{10 * time.Millisecond, 0, 0, autoSpinMax},
 	} {
-		if got := autoBudget(tt.w, tt.gap); got != tt.want {
-			t.Errorf("autoBudget(%v, %v) = %v, want %v", tt.w, tt.gap, got, tt.want)
+		if got := autoBudget(tt.w, tt.gap, tt.cost); got != tt.want {
+			t.Errorf("autoBudget(%v, %v, %v) = %v, want %v", tt.w, tt.gap, tt.cost, got, tt.want)
 		}
 	}
 }

@@ -15,6 +15,7 @@ type PollerStats struct {
 	SpinFound     uint64        // SpinAuto: spins that found an event within the budget
 	SpinGaveUp    uint64        // SpinAuto: spins that used up the budget and blocked
 	SpinTime      time.Duration // SpinAuto: time spent in those spins
+	BlockCost     time.Duration // SpinAuto: median process CPU time a blocked idle period cost (Total: the largest)
 	Events        uint64        // events returned by epoll_wait
 	StaleEvents   uint64        // events for a closed fd or an old generation, dropped
 
@@ -41,8 +42,8 @@ type Stats struct {
 	Total   PollerStats
 
 	// SpinAuto only (zero otherwise): W, what a block and wakeup cost as
-	// measured in this process now, and the most a poller may spin in one
-	// idle period with that W (16W, at most 1ms). See doc.go, "Spinning".
+	// measured in this process now, and the largest budget a poller chose
+	// at its latest idle moment. See doc.go, "Spinning".
 	WakeCost   time.Duration
 	SpinBudget time.Duration
 }
@@ -57,6 +58,7 @@ func (s *PollerStats) add(o *PollerStats) {
 	s.SpinFound += o.SpinFound
 	s.SpinGaveUp += o.SpinGaveUp
 	s.SpinTime += o.SpinTime
+	s.BlockCost = max(s.BlockCost, o.BlockCost)
 	s.Events += o.Events
 	s.EmptyWakeups += o.EmptyWakeups
 	s.StaleEvents += o.StaleEvents

@@ -163,8 +163,8 @@ func PrintStats(w io.Writer, st netpoll.Stats) {
 	t := st.Total
 	fmt.Fprintf(w, "netpoll stats: epoll-waits=%d blocking-waits=%d wakeups=%d empty-wakeups=%d events=%d "+
 		"spin-polls=%d spin-hits=%d spin-decisions=%d spin-found=%d spin-gave-up=%d spin-time=%v "+
-		"wake-cost=%v spin-budget=%v read-parks=%d write-parks=%d eagain=%d\n",
+		"wake-cost=%v spin-budget=%v block-cost=%v read-parks=%d write-parks=%d eagain=%d\n",
 		t.EpollWaits, t.BlockingWaits, t.Wakeups, t.EmptyWakeups, t.Events,
 		t.SpinPolls, t.SpinHits, t.SpinDecisions, t.SpinFound, t.SpinGaveUp, t.SpinTime,
-		st.WakeCost, st.SpinBudget, t.ReadParks, t.WriteParks, t.EAGAIN)
+		st.WakeCost, st.SpinBudget, t.BlockCost, t.ReadParks, t.WriteParks, t.EAGAIN)
 }
