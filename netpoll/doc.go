@@ -124,8 +124,9 @@
 //     period it blocked through as a hit if the next event came within B
 //     (otherwise it tells nothing: the gap it saw holds its own wakeup).
 //   - It spins through every idle period once p reaches 1/2, until p falls
-//     below 3/8. Otherwise it spins only on every 32nd idle moment, a probe
-//     that notices when the traffic turns back to back.
+//     below 3/8. Otherwise it spins only on every 64th idle moment, a probe
+//     that notices when the traffic turns back to back, and not at all
+//     while the typical gap is over twice B.
 //   - At most max(1, GOMAXPROCS-1) pollers spin at once in the process,
 //     and a spinning poller yields its P after every poll.
 //
@@ -133,7 +134,7 @@
 // max(2C, 4W) and 1ms, about twice the CPU of the block it tries to save,
 // so its CPU is at most three times that of the best choice made in
 // hindsight (spin-then-block, Karlin et al., SOSP 1991). While its spins
-// mostly fail it spins in one idle period in 32. An idle poller stops
+// mostly fail it spins in at most one idle period in 64. An idle poller stops
 // spinning at most B after its last event and then blocks, using no CPU.
 // Stats count the idle periods it spun through (SpinDecisions), the spins
 // that found an event (SpinFound) or gave up (SpinGaveUp) and the time

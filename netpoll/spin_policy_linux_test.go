@@ -151,6 +151,11 @@ func TestAutoSpinLongGaps(t *testing.T) {
 		if r.found != 0 {
 			t.Errorf("gap %v: %d spins found an event beyond the budget", gap, r.found)
 		}
+		// Once the typical gap is known to be over twice the budget, it
+		// stops probing: only the first few probes, before that.
+		if gap >= 100*time.Microsecond && r.spun > 2 {
+			t.Errorf("gap %v: %d probes, want at most 2 once the gaps are known to be long", gap, r.spun)
+		}
 		checkBound(t, a, r)
 	}
 }
