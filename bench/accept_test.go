@@ -24,7 +24,7 @@ func BenchmarkAcceptStream(b *testing.B) {
 				if sh == netpoll.Exclusive && wait == netpoll.WaitNested {
 					continue // New refuses it: see netpoll's doc, "Pollers and sharing"
 				}
-				cfg := netpoll.Config{Pollers: pollers, Sharing: sh, Wait: wait}
+				cfg := netpoll.Config{Pollers: pollers, Sharing: sh, Wait: wait, SpinPolicy: netpoll.SpinFixed}
 				b.Run(fmt.Sprintf("wait=%s/pollers=%d/sharing=%s", wait, pollers, sh), func(b *testing.B) {
 					acceptStream(b, cfg)
 				})

@@ -37,7 +37,7 @@ func netpollImpl(b *testing.B, cfg netpoll.Config) impl {
 	}
 	spin := cfg.Spin.String()
 	switch {
-	case cfg.SpinPolicy == netpoll.SpinAuto:
+	case cfg.SpinPolicy == netpoll.SpinAuto || (cfg.SpinPolicy == netpoll.SpinDefault && cfg.Spin == 0):
 		spin = "auto"
 	case cfg.Spin < 0:
 		spin = "forever"
@@ -52,22 +52,24 @@ func netpollImpl(b *testing.B, cfg netpoll.Config) impl {
 }
 
 // impls lists package net and netpoll in every mode with the default wait
-// strategy, every wait strategy in EdgeTriggered mode, and spinning (fixed
-// budgets and SpinAuto).
+// strategy and every wait strategy in EdgeTriggered mode, all without
+// spinning, then spinning: fixed budgets and SpinAuto (the default).
 func impls(b *testing.B) []func() impl {
 	fs := []func() impl{netImpl}
+	// The modes and wait strategies without spinning (spin=0s), so that
+	// they compare with each other and with the recorded runs.
 	for _, m := range []netpoll.Mode{netpoll.EdgeTriggered, netpoll.OneShot, netpoll.LevelTriggered} {
-		fs = append(fs, func() impl { return netpollImpl(b, netpoll.Config{Mode: m}) })
+		fs = append(fs, func() impl { return netpollImpl(b, netpoll.Config{Mode: m, SpinPolicy: netpoll.SpinFixed}) })
 	}
 	for _, w := range []netpoll.Wait{netpoll.WaitBlock, netpoll.WaitYield} {
-		fs = append(fs, func() impl { return netpollImpl(b, netpoll.Config{Wait: w}) })
+		fs = append(fs, func() impl { return netpollImpl(b, netpoll.Config{Wait: w, SpinPolicy: netpoll.SpinFixed}) })
 	}
 	for _, spin := range []time.Duration{50 * time.Microsecond, -1} {
 		fs = append(fs, func() impl { return netpollImpl(b, netpoll.Config{Spin: spin}) })
 	}
 	fs = append(fs, func() impl { return netpollImpl(b, netpoll.Config{SpinPolicy: netpoll.SpinAuto}) })
 	fs = append(fs, func() impl {
-		return netpollImpl(b, netpoll.Config{Pollers: 2, Sharing: netpoll.Exclusive, Wait: netpoll.WaitBlock})
+		return netpollImpl(b, netpoll.Config{Pollers: 2, Sharing: netpoll.Exclusive, Wait: netpoll.WaitBlock, SpinPolicy: netpoll.SpinFixed})
 	})
 	return fs
 }

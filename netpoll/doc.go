@@ -106,6 +106,13 @@
 // epoll_wait(0) after it happens instead of through a kernel wakeup. Stats
 // count spin polls and the polls that found events.
 //
+// SpinAuto is the default: the zero Config, and NETPOLL without a spin key,
+// spin adaptively; Spin = 0 with SpinPolicy = SpinFixed (NETPOLL spin=0)
+// never spins. Measured on a 2-vCPU guest with the server pinned to one CPU
+// (testdata/spinauto/): 1 connection back to back, the requests per second
+// of spinning forever at the CPU per request of not spinning; open loop at
+// 2k and 10k req/s, the latency of not spinning within 10% of its CPU.
+//
 // Config.SpinPolicy = SpinAuto (NETPOLL spin=auto) lets each poller decide
 // at every idle moment, the moment a poll after events finds nothing,
 // whether to spin and for how long. It measures two costs on the running

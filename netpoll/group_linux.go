@@ -77,7 +77,7 @@ func (g *Group) Stats() Stats {
 	for i, p := range g.pollers {
 		s.Pollers[i] = p.stats()
 		s.Total.add(&s.Pollers[i])
-		if g.cfg.SpinPolicy == SpinAuto {
+		if g.cfg.autoSpin() {
 			s.WakeCost = wakeCost()
 			s.SpinBudget = max(s.SpinBudget, time.Duration(p.st.spinBudget.Load()))
 		}

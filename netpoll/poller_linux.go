@@ -100,7 +100,7 @@ func newPoller(id int, cfg Config) (p *poller, err error) {
 			p.closeFDs()
 		}
 	}()
-	if cfg.SpinPolicy == SpinAuto {
+	if cfg.autoSpin() {
 		if err = acquireWake(); err != nil {
 			return nil, err
 		}

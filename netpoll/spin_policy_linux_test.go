@@ -291,7 +291,9 @@ func TestMeasureWakeRoundTrip(t *testing.T) {
 	if after := fds(); after != before {
 		t.Errorf("%d fds open after the measurement, %d before", after, before)
 	}
-	if n := runtime.NumGoroutine(); n != goroutines {
+	// Other tests' groups may still be winding down, so fewer is fine; the
+	// echo goroutine left behind would make one more.
+	if n := runtime.NumGoroutine(); n > goroutines {
 		t.Errorf("%d goroutines after the measurement, %d before", n, goroutines)
 	}
 }

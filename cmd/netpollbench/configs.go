@@ -19,9 +19,9 @@ type server struct {
 // servers are all the configurations netpollbench knows, in table order.
 var servers = []server{
 	{"net", "cfg=net/impl=net", "echoserver", []string{"-impl", "net"}},
-	{"et", "cfg=et/impl=netpoll/mode=et/spin=0", "echoserver", []string{"-impl", "netpoll", "-mode", "et"}},
-	{"oneshot", "cfg=oneshot/impl=netpoll/mode=oneshot/spin=0", "echoserver", []string{"-impl", "netpoll", "-mode", "oneshot"}},
-	{"lt", "cfg=lt/impl=netpoll/mode=lt/spin=0", "echoserver", []string{"-impl", "netpoll", "-mode", "lt"}},
+	{"et", "cfg=et/impl=netpoll/mode=et/spin=0", "echoserver", []string{"-impl", "netpoll", "-mode", "et", "-spin", "0"}},
+	{"oneshot", "cfg=oneshot/impl=netpoll/mode=oneshot/spin=0", "echoserver", []string{"-impl", "netpoll", "-mode", "oneshot", "-spin", "0"}},
+	{"lt", "cfg=lt/impl=netpoll/mode=lt/spin=0", "echoserver", []string{"-impl", "netpoll", "-mode", "lt", "-spin", "0"}},
 	{"spin", "cfg=spin/impl=netpoll/mode=et/spin=forever", "echoserver", []string{"-impl", "netpoll", "-spin", "forever"}},
 	{"auto", "cfg=auto/impl=netpoll/mode=et/spin=auto", "echoserver", []string{"-impl", "netpoll", "-spin", "auto"}},
 	{"gnet", "cfg=gnet/impl=gnet", "gnetecho", nil},
