@@ -123,33 +123,33 @@ func TestStatLines(t *testing.T) {
 	}
 }
 
-// TestMissesBelowHalf checks the bound the spinauto check derives from the
+// TestMissesBelowLow checks the bound the spinauto check derives from the
 // policy against the runtime's integer update, done by hand: p += -p/8,
 // truncated towards zero.
-func TestMissesBelowHalf(t *testing.T) {
+func TestMissesBelowLow(t *testing.T) {
 	tests := []struct {
 		p    int64
 		want int
 	}{
 		{p: 0, want: 0},
-		{p: 127, want: 0},
-		{p: 128, want: 1}, // 128 - 16 = 112
-		{p: 145, want: 1}, // 145 - 18 = 127
-		{p: 146, want: 2}, // 146 - 18 = 128, still half; 128 - 16 = 112
-		{p: 249, want: 6}, // 218 191 168 147 129 113
-		{p: 255, want: 6}, // 224 196 172 151 133 117: the most p can be
+		{p: 95, want: 0},
+		{p: 96, want: 1},  // 96 - 12 = 84
+		{p: 109, want: 2}, // 109 - 13 = 96, still 3/8; 96 - 12 = 84
+		{p: 110, want: 2}, // 110 - 13 = 97; 97 - 12 = 85
+		{p: 249, want: 8}, // 218 191 168 147 129 113 99 87
+		{p: 255, want: 8}, // 224 196 172 151 133 117 103 91: the most p can be
 	}
 	for _, tt := range tests {
-		if got := missesBelowHalf(tt.p); got != tt.want {
-			t.Errorf("missesBelowHalf(%d) = %d, want %d", tt.p, got, tt.want)
+		if got := missesBelowLow(tt.p); got != tt.want {
+			t.Errorf("missesBelowLow(%d) = %d, want %d", tt.p, got, tt.want)
 		}
 	}
 }
 
 func TestJudgeIdleWindow(t *testing.T) {
-	// At the end of traffic: p = 249, 6 misses from below half.
+	// At the end of traffic: p = 249, 8 misses from below 3/8.
 	before := map[string]int64{"spin-w-ns": 5000, "spin-p": 249, "spin-sessions": 1900, "spin-probes": 3,
-		"spin-found": 1850, "spin-blocked-hits": 6, "spin-idle": 1990}
+		"spin-found": 1850, "spin-blocked-hits": 6, "spin-blocked-gaps": 9, "spin-idle": 1990, "spin-longgap": 40}
 	window := func(sessions, probes, found, blockedHits, idle int64) map[string]int64 {
 		after := map[string]int64{}
 		for k, v := range before {
@@ -162,18 +162,29 @@ func TestJudgeIdleWindow(t *testing.T) {
 		after["spin-idle"] += idle
 		return after
 	}
+	longGap := func(after map[string]int64, n int64) map[string]int64 {
+		after["spin-longgap"] += n
+		return after
+	}
+	blockedGap := func(after map[string]int64) map[string]int64 {
+		after["spin-blocked-gaps"]++
+		return after
+	}
 	tests := []struct {
 		name   string
 		before map[string]int64
 		after  map[string]int64
 		ok     bool
 	}{
-		{name: "stops", before: before, after: window(12, 6, 0, 0, 200), ok: true},
-		{name: "one session too many", before: before, after: window(13, 6, 0, 0, 200)},
-		{name: "probes beyond one in 32", before: before, after: window(14, 8, 0, 0, 200)},
-		{name: "spins at every idle moment", before: before, after: window(200, 6, 0, 0, 200)},
-		{name: "a network event in the window", before: before, after: window(12, 6, 1, 0, 200)},
-		{name: "a blocked hit in the window", before: before, after: window(12, 6, 0, 1, 200)},
+		{name: "stops", before: before, after: window(12, 4, 0, 0, 200), ok: true},
+		{name: "one session too many", before: before, after: window(13, 4, 0, 0, 200)},
+		{name: "probes beyond one in 64", before: before, after: window(13, 5, 0, 0, 200)},
+		{name: "one probe, the count running on, while the gap is long", before: before, after: longGap(window(9, 1, 0, 0, 200), 200), ok: true},
+		{name: "probes beyond one in 64 of the moments with a short gap", before: before, after: longGap(window(10, 2, 0, 0, 200), 140)},
+		{name: "spins at every idle moment", before: before, after: window(200, 4, 0, 0, 200)},
+		{name: "a network event in the window", before: before, after: window(12, 4, 1, 0, 200)},
+		{name: "a blocked hit in the window", before: before, after: window(12, 4, 0, 1, 200)},
+		{name: "a blocked gap in the window", before: before, after: blockedGap(window(12, 4, 0, 0, 200))},
 		{name: "fewer idle moments than sleeps", before: before, after: window(0, 0, 0, 0, 99)},
 		{name: "no wakeup timed", before: map[string]int64{"spin-p": 0}, after: map[string]int64{"spin-idle": 100}},
 	}

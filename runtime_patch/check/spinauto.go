@@ -22,14 +22,24 @@ import (
 //
 //   - traffic: the spinning P found goroutines (spin-found > 0);
 //   - idle window: no session found a goroutine and no blocked period was
-//     a hit (the window held no network event, as designed), there was an
-//     idle moment for every sleep (each was a chance to spin), and the
-//     sessions started in the window are within the policy's bound: at
-//     most missesBelowHalf(p) that are not probes, p being the hit rate at
-//     the start of the window (every session in the window misses, and
-//     nothing in it is a hit, so p only falls, and a session that is not a
-//     probe needs p >= 1/2), and at most one probe per autoProbe idle
-//     moments, plus one;
+//     a hit or had its gap observed (the window held no network event, as
+//     designed), there was an idle moment for every sleep (each was a
+//     chance to spin), and the sessions started in the window are within
+//     the policy's bound: at most missesBelowLow(p) that are not probes, p
+//     being the hit rate at the start of the window (every session in the
+//     window misses, and nothing in it is a hit, so p only falls; a session
+//     that is not a probe needs auto to be spinning, which it stops at the
+//     first idle moment with p below 3/8 and does not start again without
+//     p reaching 1/2), and at most one probe per autoProbe idle moments at
+//     which the typical gap was at most twice the budget, plus one: none
+//     at the idle moments the runtime counted as spin-longgap.
+//
+// The window cannot make the typical gap long: a session that gives up
+// moves it towards twice the budget, never past it, and the window has no
+// other gap to observe. So the rule that no probe is made while the gap is
+// over twice the budget is checked here only through spin-longgap (the
+// probes must fit in the idle moments not counted there), not by a window
+// whose gap is long.
 //   - without the setting, no session, poll, idle moment or timed wakeup.
 //
 // Whether the runtime has a wakeup cost W to spin with, and how large, is
@@ -41,9 +51,9 @@ import (
 // The constants of netpollspin=auto that the bound is derived from
 // (runtime/netpollspin.go; the same as netpoll/spin_linux.go).
 const (
-	autoHalf  = 128 // spin at every idle moment while p >= autoHalf (1/2 in 1/256 units)
-	autoGain  = 8   // an observation moves p 1/autoGain of the way
-	autoProbe = 32  // below half, one idle moment in autoProbe spins
+	autoLow   = 96 // auto stops spinning at the first idle moment with p < autoLow (3/8 in 1/256 units)
+	autoGain  = 8  // an observation moves p 1/autoGain of the way
+	autoProbe = 64 // not spinning, one idle moment in autoProbe (with the gap at most 2B) spins
 )
 
 // The idle window: idleSleeps sleeps of idleSleep each, about 200ms.
@@ -67,17 +77,18 @@ func (c checker) spinAuto() error {
 			if traffic, window, err = idleSnapshots(stderr); err != nil {
 				return err
 			}
-			fmt.Fprintf(c.out, "spinauto: GODEBUG=%s traffic: rounds=%d spin-sessions=%d spin-probes=%d spin-found=%d spin-gaveup=%d spin-wakes=%d spin-w-ns=%d spin-b-ns=%d spin-p=%d\n",
+			fmt.Fprintf(c.out, "spinauto: GODEBUG=%s traffic: rounds=%d spin-sessions=%d spin-probes=%d spin-found=%d spin-gaveup=%d spin-wakes=%d spin-costs=%d spin-w-ns=%d spin-c-ns=%d spin-gap-ns=%d spin-b-ns=%d spin-p=%d spin-on=%d\n",
 				godebug, c.rounds, traffic["spin-sessions"], traffic["spin-probes"], traffic["spin-found"], traffic["spin-gaveup"],
-				traffic["spin-wakes"], traffic["spin-w-ns"], traffic["spin-b-ns"], traffic["spin-p"])
+				traffic["spin-wakes"], traffic["spin-costs"], traffic["spin-w-ns"], traffic["spin-c-ns"], traffic["spin-gap-ns"],
+				traffic["spin-b-ns"], traffic["spin-p"], traffic["spin-on"])
 			if !on || traffic["spin-found"] > 0 {
 				break
 			}
 		}
 		d := delta(traffic, window)
-		fmt.Fprintf(c.out, "spinauto: GODEBUG=%s idle window: sleeps=%d idle-moments=%d spin-sessions=%d spin-probes=%d spin-found=%d (bound: %d sessions not probes, %d probes)\n",
-			godebug, idleSleeps, d["spin-idle"], d["spin-sessions"], d["spin-probes"], d["spin-found"],
-			missesBelowHalf(traffic["spin-p"]), d["spin-idle"]/autoProbe+1)
+		fmt.Fprintf(c.out, "spinauto: GODEBUG=%s idle window: sleeps=%d idle-moments=%d spin-longgap=%d spin-sessions=%d spin-probes=%d spin-found=%d spin-gap-ns=%d spin-b-ns=%d (bound: %d sessions not probes, %d probes)\n",
+			godebug, idleSleeps, d["spin-idle"], d["spin-longgap"], d["spin-sessions"], d["spin-probes"], d["spin-found"],
+			window["spin-gap-ns"], window["spin-b-ns"], missesBelowLow(traffic["spin-p"]), probeBound(d))
 		if !on {
 			for _, name := range []string{"spin-sessions", "spin-polls", "spin-found", "spin-idle", "spin-wakes"} {
 				if window[name] != 0 {
@@ -105,28 +116,39 @@ func judgeIdleWindow(before, after map[string]int64, sleeps int) error {
 	switch {
 	case before["spin-w-ns"] == 0:
 		return errors.New("spinauto: no wakeup timed during the traffic (spin-w-ns=0), so auto never decides")
-	case d["spin-found"] != 0 || d["spin-blocked-hits"] != 0:
-		return fmt.Errorf("spinauto: %d sessions and %d blocked periods found a goroutine in the idle window, which has no network event",
-			d["spin-found"], d["spin-blocked-hits"])
+	case d["spin-found"] != 0 || d["spin-blocked-hits"] != 0 || d["spin-blocked-gaps"] != 0:
+		return fmt.Errorf("spinauto: %d sessions and %d blocked periods (%d observed as hits) found a goroutine in the idle window, which has no network event",
+			d["spin-found"], d["spin-blocked-gaps"], d["spin-blocked-hits"])
 	case d["spin-idle"] < int64(sleeps):
 		return fmt.Errorf("spinauto: %d idle moments in a window of %d sleeps, want one or more per sleep", d["spin-idle"], sleeps)
 	}
-	if k, n := missesBelowHalf(before["spin-p"]), d["spin-sessions"]-d["spin-probes"]; n > int64(k) {
-		return fmt.Errorf("spinauto: %d sessions that were not probes in the idle window, want at most %d (misses from p=%d to below 1/2)",
+	if k, n := missesBelowLow(before["spin-p"]), d["spin-sessions"]-d["spin-probes"]; n > int64(k) {
+		return fmt.Errorf("spinauto: %d sessions that were not probes in the idle window, want at most %d (misses from p=%d to below 3/8)",
 			n, k, before["spin-p"])
 	}
-	if most := d["spin-idle"]/autoProbe + 1; d["spin-probes"] > most {
-		return fmt.Errorf("spinauto: %d probes in %d idle moments, want at most %d", d["spin-probes"], d["spin-idle"], most)
+	if most := probeBound(d); d["spin-probes"] > most {
+		return fmt.Errorf("spinauto: %d probes in %d idle moments (%d of them with the typical gap over twice the budget), want at most %d",
+			d["spin-probes"], d["spin-idle"], d["spin-longgap"], most)
 	}
 	return nil
 }
 
-// missesBelowHalf returns how many misses in a row take the hit rate p
-// (1/256 units) below one half, by the runtime's integer update
-// p += (0 - p) / autoGain.
-func missesBelowHalf(p int64) int {
+// probeBound returns the most probes the policy may make in a window with
+// the counter deltas d: one per autoProbe idle moments at which the
+// typical gap was at most twice the budget, plus one (the probe count runs
+// on from before the window).
+func probeBound(d map[string]int64) int64 {
+	return max(0, d["spin-idle"]-d["spin-longgap"])/autoProbe + 1
+}
+
+// missesBelowLow returns how many misses in a row take the hit rate p
+// (1/256 units) below 3/8, by the runtime's integer update
+// p += (0 - p) / autoGain: the most sessions that are not probes a window
+// of misses can have, auto spinning at most until the idle moment at which
+// it sees p below 3/8.
+func missesBelowLow(p int64) int {
 	n := 0
-	for ; p >= autoHalf; n++ {
+	for ; p >= autoLow; n++ {
 		p += (0 - p) / autoGain
 	}
 	return n
@@ -153,7 +175,8 @@ func idleSnapshots(stderr []byte) (traffic, window map[string]int64, err error) 
 func counters(line string) (map[string]int64, error) {
 	kv := map[string]int64{}
 	for _, name := range []string{"spin-sessions", "spin-polls", "spin-found", "spin-gaveup", "spin-probes",
-		"spin-idle", "spin-blocked-hits", "spin-wakes", "spin-w-ns", "spin-b-ns", "spin-p"} {
+		"spin-idle", "spin-blocked-hits", "spin-wakes", "spin-longgap", "spin-blocked-gaps", "spin-costs",
+		"spin-w-ns", "spin-c-ns", "spin-gap-ns", "spin-b-ns", "spin-p", "spin-on"} {
 		v, err := statIn(line, name)
 		if err != nil {
 			return nil, err
