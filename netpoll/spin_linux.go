@@ -112,6 +112,10 @@ var wake struct {
 	w     atomic.Int64  // W in nanoseconds; written under mu or by the refresher
 }
 
+// wakeActivity counts idle periods ended by events in SpinAuto pollers,
+// so that the refresher measures W only while there is traffic.
+var wakeActivity atomic.Uint64
+
 // wakeCostOverride, set by tests, replaces the measured W.
 var wakeCostOverride atomic.Int64
 
@@ -143,7 +147,8 @@ func releaseWake() {
 }
 
 // refreshWake measures W again every wakeRefresh until stop is closed,
-// except while a SpinAuto poller spins: with GOMAXPROCS=1 the spinner stays
+// except when no SpinAuto poller has seen an event since the last tick, and
+// while one spins: with GOMAXPROCS=1 the spinner stays
 // runnable, so the runtime's own netpoller runs only from sysmon and the
 // round trip measures that instead. A failed measurement (out of fds, say)
 // keeps the last W.
@@ -151,11 +156,17 @@ func refreshWake(stop, done chan struct{}) {
 	defer close(done)
 	t := time.NewTicker(wakeRefresh)
 	defer t.Stop()
+	var seen uint64
 	for {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
+			a := wakeActivity.Load()
+			if a == seen {
+				continue // no traffic: nothing to spin for, and an idle server stays idle
+			}
+			seen = a
 			if spinners.Load() > 0 {
 				continue // a spinning poller holds up the round trip: measured 100-240µs
 			}
@@ -311,6 +322,9 @@ func monoNow() time.Duration { return time.Since(monoEpoch) }
 // whether the loop should yield and poll again (true) or block (false).
 func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 	if n > 0 {
+		if a.phase != phaseBusy {
+			wakeActivity.Add(1)
+		}
 		gap := min(now-a.idleStart, autoSpinMax)
 		switch a.phase {
 		case phaseSpin:
