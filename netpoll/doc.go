@@ -122,8 +122,8 @@
 // netpoller (measured when the first SpinAuto group starts and every
 // second after, Stats.WakeCost). Then:
 //
-//   - The budget B is twice the typical idle gap, at most 2C, at least 4W,
-//     at most 1ms (Stats.SpinBudget). A spin that finds no event within B
+//   - The budget B is twice the typical idle gap, at least 4W, but at most
+//     2C (4W until C is measured) and 1ms (Stats.SpinBudget). A spin that finds no event within B
 //     ends, and the poller blocks.
 //   - The poller keeps an estimate p of how often a spin of B finds an
 //     event, a moving average over its idle periods: a spin that found an
@@ -137,8 +137,8 @@
 //   - At most max(1, GOMAXPROCS-1) pollers spin at once in the process,
 //     and a spinning poller yields its P after every poll.
 //
-// The bound: in one idle period a SpinAuto poller spins at most B <=
-// max(2C, 4W) and 1ms, about twice the CPU of the block it tries to save,
+// The bound: in one idle period a SpinAuto poller spins at most B <= 2C
+// (4W until C is measured) and 1ms, twice the CPU of the block it tries to save,
 // so its CPU is at most three times that of the best choice made in
 // hindsight (spin-then-block, Karlin et al., SOSP 1991). While its spins
 // mostly fail it spins in at most one idle period in 64. An idle poller stops

@@ -253,8 +253,8 @@ func TestAutoSpinSlots(t *testing.T) {
 	}
 }
 
-// Budget: twice the typical gap, at least 4W, at most 2 × the block cost
-// (4W while that is unknown), at most autoSpinMax.
+// Budget: twice the typical gap, at least 4W, but at most 2 × the block
+// cost (4W while that is unknown) and autoSpinMax.
 func TestAutoSpinBudget(t *testing.T) {
 	us := time.Microsecond
 	for _, tt := range []struct{ w, gap, cost, want time.Duration }{
@@ -263,7 +263,7 @@ func TestAutoSpinBudget(t *testing.T) {
 		{5 * us, 8 * us, 15 * us, 20 * us},
 		{5 * us, 12 * us, 15 * us, 24 * us},
 		{5 * us, 500 * us, 15 * us, 30 * us},
-		{5 * us, 500 * us, 2 * us, 20 * us},
+		{5 * us, 500 * us, 2 * us, 4 * us}, // the CPU cap wins over the 4W floor
 		{100 * us, 0, 0, 400 * us},
 		{100 * us, 10 * time.Millisecond, time.Millisecond, autoSpinMax},
 		{10 * time.Millisecond, 0, 0, autoSpinMax},
