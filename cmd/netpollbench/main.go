@@ -17,7 +17,7 @@
 // latency (sweep-frontier.svg), and the utilisation against the offered
 // load (sweep-utilisation.svg).
 //
-//	go run ./cmd/netpollbench              # about four minutes, the sweep about 80 s of them
+//	go run ./cmd/netpollbench              # about three minutes, the sweep about 80 s of them
 //	go run ./cmd/netpollbench -full        # the whole matrix
 //	go run ./cmd/netpollbench -compare out/OLD
 //	go run ./cmd/netpollbench -rates 1000,5000,closed -sweep-rounds 6
