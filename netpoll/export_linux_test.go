@@ -101,12 +101,16 @@ func BusyPollParams(g *Group, i int) (usecs uint32, budget uint16, err error) {
 	return busyPollParams(g.pollers[i].epfd)
 }
 
-// SetWakeCost makes SpinAuto groups created from now on take w as the
-// measured wakeup cost W (budget autoSpinK·w, at most autoSpinMax); the
-// returned func restores the measurement.
-func SetWakeCost(w time.Duration) (restore func()) {
+// SetSpinCosts makes SpinAuto groups take w as the measured wakeup cost W
+// and c as the CPU a blocked idle period costs (budget at most 2c and
+// autoSpinMax); the returned func restores the measurements.
+func SetSpinCosts(w, c time.Duration) (restore func()) {
 	wakeCostOverride.Store(int64(w))
-	return func() { wakeCostOverride.Store(0) }
+	blockCostOverride.Store(int64(c))
+	return func() {
+		wakeCostOverride.Store(0)
+		blockCostOverride.Store(0)
+	}
 }
 
 // AutoSpinMax is the cap on SpinAuto's budget.

@@ -224,11 +224,12 @@ func TestSpinBudget(t *testing.T) {
 
 // TestSpinAuto: with SpinAuto and back-to-back traffic the poller spins
 // through idle periods and finds the events by spinning; once the traffic
-// stops it gives up within its budget and blocks. The wakeup cost is set
-// to 500µs (budget 1ms), so that a ping-pong's gaps are inside the budget
-// even under the race detector on a loaded machine.
+// stops it gives up within its budget and blocks. The wakeup cost and the
+// cost of a block are set to 500µs (budget 1ms), so that a ping-pong's
+// gaps are inside the budget even under the race detector on a loaded
+// machine.
 func TestSpinAuto(t *testing.T) {
-	defer netpoll.SetWakeCost(500 * time.Microsecond)()
+	defer netpoll.SetSpinCosts(500*time.Microsecond, 500*time.Microsecond)()
 	for _, wait := range []netpoll.Wait{netpoll.WaitNested, netpoll.WaitBlock, netpoll.WaitYield} {
 		t.Run("wait="+wait.String(), func(t *testing.T) {
 			g := newGroup(t, netpoll.Config{SpinPolicy: netpoll.SpinAuto, Wait: wait})

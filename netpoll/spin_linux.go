@@ -116,8 +116,9 @@ var wake struct {
 // so that the refresher measures W only while there is traffic.
 var wakeActivity atomic.Uint64
 
-// wakeCostOverride, set by tests, replaces the measured W.
-var wakeCostOverride atomic.Int64
+// wakeCostOverride and blockCostOverride, set by tests, replace the
+// measured W and C.
+var wakeCostOverride, blockCostOverride atomic.Int64
 
 // acquireWake measures W if no SpinAuto poller runs yet and starts the
 // refresher; releaseWake undoes one acquireWake.
@@ -347,7 +348,11 @@ func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 			st.blockCost.Store(uint64(a.blockCost.median()))
 		}
 		a.cpuStart = 0
-		a.budget = autoBudget(a.wake(), a.gap, a.blockCost.median())
+		cost := a.blockCost.median()
+		if c := blockCostOverride.Load(); c != 0 {
+			cost = time.Duration(c)
+		}
+		a.budget = autoBudget(a.wake(), a.gap, cost)
 		st.spinBudget.Store(uint64(a.budget))
 		a.observed = false
 		if a.phase != phaseBusy {
