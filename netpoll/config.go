@@ -222,8 +222,8 @@ func (c Config) spinString() string {
 		return "auto"
 	case c.SpinPolicy == SpinDefault && c.Spin == 0:
 		return "default"
-	case c.Spin < 0:
-		return "forever"
+	case c.Spin == -1:
+		return "forever" // what ParseConfig gives it; other negatives print as durations
 	}
 	return c.Spin.String()
 }

@@ -21,6 +21,7 @@ func TestParseConfig(t *testing.T) {
 		{"spin=auto", netpoll.Config{SpinPolicy: netpoll.SpinAuto}},
 		{"spin=0", netpoll.Config{SpinPolicy: netpoll.SpinFixed}},
 		{"spin=default", netpoll.Config{}},
+		{"spin=-5ms", netpoll.Config{Spin: -5 * time.Millisecond}},
 		{"mode=level,sharing=reuseport,wait=yield", netpoll.Config{Mode: netpoll.LevelTriggered, Sharing: netpoll.ReusePort, Wait: netpoll.WaitYield}},
 	} {
 		got, err := netpoll.ParseConfig(tt.in)

@@ -119,8 +119,9 @@
 // machine: C, the process CPU time that one blocked idle period costs (the
 // park, the sleep and the wakeup; timed on one blocked period in 8,
 // Stats.BlockCost), and W, a wakeup round trip through the runtime's
-// netpoller (measured when the first SpinAuto group starts and every
-// second after, Stats.WakeCost). Then:
+// netpoller (measured when the first SpinAuto group starts, and again
+// each second in which there was traffic and no poller held a spinning
+// slot, Stats.WakeCost). Then:
 //
 //   - The budget B is twice the typical idle gap, at least 4W, but at most
 //     2C (4W until C is measured) and 1ms (Stats.SpinBudget). A spin that finds no event within B
@@ -143,9 +144,14 @@
 // hindsight (spin-then-block, Karlin et al., SOSP 1991). While its spins
 // mostly fail it spins in at most one idle period in 64. An idle poller stops
 // spinning at most B after its last event and then blocks, using no CPU.
+// C is read from the process CPU clock, so CPU that other goroutines and
+// pollers spend during a timed blocked period counts too: the bound is
+// twice the block's cost when the poller is the process's only busy part,
+// and looser the more else runs beside it.
+//
 // Stats count the idle periods it spun through (SpinDecisions), the spins
-// that found an event (SpinFound) or gave up (SpinGaveUp) and the time
-// spent in them (SpinTime). The policy and its measurements are in
+// that found an event (SpinFound) or gave up (SpinGaveUp; a spin cut short
+// by Close is neither) and the time spent in them (SpinTime). The policy and its measurements are in
 // spin_linux.go.
 //
 // Config.BusyPoll sets Linux 6.9+ per-epoll kernel busy polling

@@ -92,12 +92,12 @@ type pollerCounters struct {
 	handOffs       atomic.Uint64 // accept edges handed to this poller's acceptor
 }
 
-func newPoller(id int, cfg Config) (p *poller, err error) {
-	p = &poller{id: id, epfd: -1, evfd: -1, mode: cfg.Mode, wait: cfg.Wait, spin: cfg.Spin,
+func newPoller(id int, cfg Config) (_ *poller, err error) {
+	p := &poller{id: id, epfd: -1, evfd: -1, mode: cfg.Mode, wait: cfg.Wait, spin: cfg.Spin,
 		stopped: make(chan struct{}), events: make([]unix.EpollEvent, pollBatch)}
 	defer func() {
 		if err != nil {
-			p.closeFDs()
+			p.closeFDs() // p, not the nil result
 		}
 	}()
 	if cfg.autoSpin() {

@@ -1,6 +1,7 @@
 package netpoll_test
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -165,6 +166,78 @@ func TestFaultAcceptOutOfFDs(t *testing.T) {
 			}
 			t.Logf("out of fds: %d back-offs, %d epoll_wait calls in all (%d during the last %d back-offs, %d wakeups); %d connections accepted after recovery",
 				s2.AcceptBackoffs-before.AcceptBackoffs, s2.EpollWaits-before.EpollWaits, waits, backoffs, wakeups, pending)
+		})
+	}
+}
+
+// TestNewOutOfFDs: New run out of fds returns an error wrapping EMFILE,
+// whether it fails at its first poller or midway (free fds for two of
+// three pollers), and leaves no goroutine, fd or SpinAuto refresher
+// behind; with fds back, New works again. The default config (SpinAuto)
+// opens two pipes to measure the wakeup cost before its first poller.
+func TestNewOutOfFDs(t *testing.T) {
+	warm, err := netpoll.New(netpoll.Config{}) // the runtime's poller and W, initialised
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm.Close()
+	for _, tt := range []struct {
+		name string
+		cfg  netpoll.Config
+		free int // fds left free: 0 fails at once; 5 lets two auto pollers start
+	}{
+		{"auto/first", netpoll.Config{}, 0},
+		{"auto/midway", netpoll.Config{Pollers: 3}, 5},
+		{"fixed/first", netpoll.Config{SpinPolicy: netpoll.SpinFixed}, 0},
+		{"fixed/midway", netpoll.Config{Pollers: 3, SpinPolicy: netpoll.SpinFixed}, 4},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			goroutines, fds := runtime.NumGoroutine(), countFDs(t)
+			var old unix.Rlimit
+			if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+				t.Fatal(err)
+			}
+			low := unix.Rlimit{Cur: uint64(fds + 16), Max: old.Max}
+			if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
+				t.Fatal(err)
+			}
+			var fillers []int
+			for {
+				fd, err := unix.Dup(0)
+				if err == unix.EMFILE {
+					break
+				}
+				if err != nil {
+					t.Fatalf("dup: %v", err)
+				}
+				fillers = append(fillers, fd)
+			}
+			for _, fd := range fillers[len(fillers)-tt.free:] {
+				unix.Close(fd)
+			}
+			fillers = fillers[:len(fillers)-tt.free]
+			g, err := netpoll.New(tt.cfg)
+			for _, fd := range fillers {
+				unix.Close(fd)
+			}
+			if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+				t.Errorf("restoring RLIMIT_NOFILE: %v", err)
+			}
+			if g != nil {
+				g.Close()
+			}
+			if !errors.Is(err, unix.EMFILE) {
+				t.Fatalf("New with %d free fds: %v, want an error wrapping EMFILE", tt.free, err)
+			}
+			awaitGoroutines(t, goroutines)
+			if n := countFDs(t); n != fds {
+				t.Errorf("%d fds open after the failed New, %d before", n, fds)
+			}
+			g, err = netpoll.New(tt.cfg)
+			if err != nil {
+				t.Fatalf("New with fds back: %v", err)
+			}
+			g.Close()
 		})
 	}
 }

@@ -116,12 +116,12 @@ func TestSoak(t *testing.T) {
 }
 
 // spins are the spin settings every soak and leak test runs: never, a
-// fixed budget, forever, and SpinAuto.
-var spins = []netpoll.Config{{}, {Spin: time.Millisecond}, {Spin: -1}, {SpinPolicy: netpoll.SpinAuto}}
+// fixed budget, forever, and the default (SpinAuto).
+var spins = []netpoll.Config{{SpinPolicy: netpoll.SpinFixed}, {Spin: time.Millisecond}, {Spin: -1}, {}}
 
 func spinName(c netpoll.Config) string {
 	switch {
-	case c.SpinPolicy == netpoll.SpinAuto:
+	case c.SpinPolicy == netpoll.SpinAuto, c.SpinPolicy == netpoll.SpinDefault && c.Spin == 0:
 		return "auto"
 	case c.Spin < 0:
 		return "forever"

@@ -36,9 +36,10 @@ import (
 //   - W, the runtime's own wakeup round trip (wakeCost): the lower quartile
 //     of round trips of two goroutines passing a byte over two pipes
 //     through the runtime's netpoller, measured when the first SpinAuto
-//     poller starts and again every wakeRefresh. It is what the budget is
-//     before C is known, and its floor. Inside one process pinned to one
-//     CPU it cannot see a cross-core wakeup: on that guest W read 4.5µs
+//     poller starts and again every wakeRefresh while there is traffic and
+//     no poller holds a spinning slot. It is the budget before C is known,
+//     and its floor where the CPU cap allows. Inside one process pinned to
+//     one CPU it cannot see a cross-core wakeup: on that guest W read 4.5µs
 //     while a cross-core round trip read 11 to 44µs within minutes.
 //     (A timer's wakeup, tried instead, read 7 to 21µs from one start to
 //     the next: a virtual machine's timer interrupt is not the wakeup a
@@ -87,7 +88,7 @@ import (
 // idle period. An idle poller stops spinning at most B (<= autoSpinMax = 1ms)
 // after its last event, and then blocks: no CPU.
 const (
-	autoSpinK         = 4 // B >= autoSpinK·W
+	autoSpinK         = 4 // B >= autoSpinK·W unless the CPU cap is lower
 	autoSpinCostK     = 2 // B <= autoSpinCostK times the CPU a blocked idle period costs
 	autoSpinCostEvery = 8 // time the CPU of one blocked idle period in 8
 	autoSpinMax       = time.Millisecond
@@ -247,7 +248,7 @@ func measureWakeRoundTrip(warm, rounds int) (time.Duration, error) {
 // blocked idle period costs (0 if not measured yet): twice the gap, at
 // least autoSpinK·w, but at most autoSpinCostK·blockCost (autoSpinK·w
 // before that is known) and autoSpinMax. The CPU cap wins over the floor:
-// the runtime's W, a one-way wakeup, read 26µs where 2C was 23µs, and a
+// the runtime's W (its own one-way wakeup) read 26µs where 2C was 23µs, and a
 // floor of 4W then spun through a 10k req/s open loop's 100µs gaps.
 func autoBudget(w, gap, blockCost time.Duration) time.Duration {
 	most := autoSpinK * w
@@ -328,19 +329,19 @@ func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 		if a.phase != phaseBusy {
 			wakeActivity.Add(1)
 		}
-		gap := min(now-a.idleStart, autoSpinMax)
+		gap := now - a.idleStart
 		switch a.phase {
 		case phaseSpin:
 			a.observe(true)
-			a.observeGap(gap)
+			a.observeGap(min(gap, autoSpinMax))
 			st.spinFound.Add(1)
-			st.spinNanos.Add(uint64(now - a.idleStart))
+			st.spinNanos.Add(uint64(gap))
 		case phaseBlock:
 			if !a.observed {
-				if gap <= a.budget {
+				if gap <= a.budget { // the whole gap: B may be at its cap
 					a.observe(true)
 				}
-				a.observeGap(gap) // with this poller's wakeup: an overestimate
+				a.observeGap(min(gap, autoSpinMax)) // with this poller's wakeup: an overestimate
 			}
 		}
 		if a.phase == phaseBlock && a.cpuStart != 0 {

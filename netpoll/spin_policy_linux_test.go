@@ -297,3 +297,21 @@ func TestMeasureWakeRoundTrip(t *testing.T) {
 		t.Errorf("%d goroutines after the measurement, %d before", n, goroutines)
 	}
 }
+
+// Budget at its 1ms cap (W and C both large) and gaps far longer: a
+// blocked period must not count as a hit because its gap was cut to the
+// cap before the comparison; the policy spins only on probes.
+func TestAutoSpinLongGapsAtCap(t *testing.T) {
+	blockCostOverride.Store(int64(600 * time.Microsecond))
+	defer blockCostOverride.Store(0)
+	a := newAutoSpin(func() time.Duration { return 300 * time.Microsecond })
+	a.idleStart = 0
+	t.Cleanup(a.release)
+	r := simulate(t, a, repeat(50*time.Millisecond, 2000))
+	if a.budget != autoSpinMax {
+		t.Fatalf("budget %v, want the cap %v", a.budget, autoSpinMax)
+	}
+	if want := r.periods/autoSpinProbe + 1; r.spun > want || r.found != 0 {
+		t.Errorf("spun in %d of %d idle periods (found %d), want at most %d probes", r.spun, r.periods, r.found, want)
+	}
+}

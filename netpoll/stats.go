@@ -9,7 +9,7 @@ type PollerStats struct {
 	BlockingWaits uint64        // times the poller blocked: epoll_wait(-1), or parked (WaitNested)
 	Wakeups       uint64        // blocking waits that returned
 	EmptyWakeups  uint64        // wakeups whose first poll woke no goroutine
-	SpinPolls     uint64        // epoll_wait(0) calls made while spinning (Config.Spin)
+	SpinPolls     uint64        // epoll_wait(0) calls made without blocking: spins, and SpinAuto's poll after events
 	SpinHits      uint64        // spin polls that returned events
 	SpinDecisions uint64        // SpinAuto: idle periods the poller chose to spin through
 	SpinFound     uint64        // SpinAuto: spins that found an event within the budget
@@ -41,9 +41,10 @@ type Stats struct {
 	Pollers []PollerStats
 	Total   PollerStats
 
-	// SpinAuto only (zero otherwise): W, what a block and wakeup cost as
-	// measured in this process now, and the largest budget a poller chose
-	// at its latest idle moment. See doc.go, "Spinning".
+	// SpinAuto only (zero otherwise): W, the wakeup round trip through the
+	// runtime's netpoller as measured in this process now, and the largest
+	// budget a poller chose at its latest idle moment. See doc.go,
+	// "Spinning".
 	WakeCost   time.Duration
 	SpinBudget time.Duration
 }
