@@ -113,9 +113,11 @@ var wake struct {
 	w     atomic.Int64  // W in nanoseconds; written under mu or by the refresher
 }
 
-// wakeActivity counts idle periods ended by events in SpinAuto pollers,
-// so that the refresher measures W only while there is traffic.
-var wakeActivity atomic.Uint64
+// wakeTraffic is set by a SpinAuto poller whose idle period an event ends,
+// and cleared by the refresher at each tick, so that W is measured only
+// while there is traffic. Pollers only read it until they must set it: one
+// write per tick, not one per event, on a line all pollers share.
+var wakeTraffic atomic.Bool
 
 // wakeCostOverride and blockCostOverride, set by tests, replace the
 // measured W and C.
@@ -158,17 +160,14 @@ func refreshWake(stop, done chan struct{}) {
 	defer close(done)
 	t := time.NewTicker(wakeRefresh)
 	defer t.Stop()
-	var seen uint64
 	for {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
-			a := wakeActivity.Load()
-			if a == seen {
+			if !wakeTraffic.Swap(false) {
 				continue // no traffic: nothing to spin for, and an idle server stays idle
 			}
-			seen = a
 			if spinners.Load() > 0 {
 				continue // a spinning poller holds up the round trip: measured 100-240µs
 			}
@@ -326,8 +325,8 @@ func monoNow() time.Duration { return time.Since(monoEpoch) }
 // whether the loop should yield and poll again (true) or block (false).
 func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 	if n > 0 {
-		if a.phase != phaseBusy {
-			wakeActivity.Add(1)
+		if a.phase != phaseBusy && !wakeTraffic.Load() {
+			wakeTraffic.Store(true)
 		}
 		gap := now - a.idleStart
 		switch a.phase {
@@ -346,15 +345,17 @@ func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 		}
 		if a.phase == phaseBlock && a.cpuStart != 0 {
 			a.blockCost.add(a.cpu() - a.cpuStart)
-			st.blockCost.Store(uint64(a.blockCost.median()))
+			st.blockCost.Store(uint64(a.blockCost.med))
 		}
 		a.cpuStart = 0
-		cost := a.blockCost.median()
+		cost := a.blockCost.med
 		if c := blockCostOverride.Load(); c != 0 {
 			cost = time.Duration(c)
 		}
 		a.budget = autoBudget(a.wake(), a.gap, cost)
-		st.spinBudget.Store(uint64(a.budget))
+		if b := uint64(a.budget); st.spinBudget.Load() != b {
+			st.spinBudget.Store(b) // for Stats; written by this loop only
+		}
 		a.observed = false
 		if a.phase != phaseBusy {
 			a.sample = false
@@ -430,27 +431,22 @@ func (a *autoSpin) block(now time.Duration) {
 }
 
 // costSamples keeps the last len(v) samples of what a blocked idle period
-// cost the process in CPU time.
+// cost the process in CPU time, and their median (0 before the first),
+// computed when a sample is added (one in autoSpinCostEvery blocks) rather
+// than at every event that reads it.
 type costSamples struct {
 	v    [15]time.Duration
 	n, i int
+	med  time.Duration
 }
 
 func (c *costSamples) add(d time.Duration) {
 	c.v[c.i] = d
 	c.i = (c.i + 1) % len(c.v)
 	c.n = min(c.n+1, len(c.v))
-}
-
-// median returns the median sample, 0 before the first.
-func (c *costSamples) median() time.Duration {
-	if c.n == 0 {
-		return 0
-	}
-	s := c.v
-	sorted := s[:c.n]
-	slices.Sort(sorted)
-	return sorted[c.n/2]
+	sorted := c.v // a copy: v keeps its ring order
+	slices.Sort(sorted[:c.n])
+	c.med = sorted[c.n/2]
 }
 
 // processCPU is the CPU time the process has used (CLOCK_PROCESS_CPUTIME_ID:
