@@ -292,7 +292,12 @@ func TestMeasureWakeRoundTrip(t *testing.T) {
 		t.Errorf("%d fds open after the measurement, %d before", after, before)
 	}
 	// Other tests' groups may still be winding down, so fewer is fine; the
-	// echo goroutine left behind would make one more.
+	// echo goroutine left behind would make one more. It has closed its
+	// done channel but may not have returned yet: give it until a deadline.
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > goroutines && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
 	if n := runtime.NumGoroutine(); n > goroutines {
 		t.Errorf("%d goroutines after the measurement, %d before", n, goroutines)
 	}
