@@ -2,7 +2,7 @@
 // program built with the patched toolchain (runtime_patch/build.sh). It runs
 // itself as a child with GODEBUG set and looks at what the child did:
 //
-//	check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|shards
+//	check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|shards|shortread
 //
 // The checks:
 //
@@ -38,10 +38,17 @@
 //     ping-pong with GOMAXPROCS=1 must show none (blocked pollers never
 //     outnumber idle Ps, and the one blocking poller takes the only idle
 //     P). Without the setting, none at all.
+//   - shortread: the child ping-pongs 64-byte messages over loopback TCP,
+//     read with a 4096-byte buffer so that every read is short, then
+//     writes 16 MiB in one Write, under strace. With netpollshortread=1
+//     the reads that fail with EAGAIN must fall to at most a tenth of
+//     the stock count (about one per round per side), with read skips
+//     and a write skip counted by the runtime; every byte is checked.
+//     See shortread.go.
 //
 // Check fails unless runtime.Version names the patched toolchain, since a
 // stock runtime ignores the settings. The child form is
-// "check child pingpong|echo|epollfds|accept|idle [-n rounds] [-pairs n] [-peer addr] [-sleeps n]";
+// "check child pingpong|echo|epollfds|accept|idle|shortread [-n rounds] [-pairs n] [-peer addr] [-sleeps n]";
 // it is for check's own use, and for measuring: "accept" dials n connections one
 // after another to a listener that one goroutine accepts from, and prints
 // the accepts and the process's context switches, for the runtime counters
@@ -86,7 +93,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return errors.New("usage: check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|shards")
+		return errors.New("usage: check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|shards|shortread")
 	}
 	if !strings.Contains(runtime.Version(), "edgepoll") {
 		return fmt.Errorf("built with %s, not the patched toolchain: the settings would be ignored", runtime.Version())
@@ -105,6 +112,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return c.spinAuto()
 	case "shards":
 		return c.shards(*shards)
+	case "shortread":
+		return c.shortRead()
 	}
 	return fmt.Errorf("unknown check %q", fs.Arg(0))
 }
@@ -460,6 +469,13 @@ func child(args []string, stdout io.Writer) error {
 		return echoOne(stdout)
 	case "idle":
 		return idleAfterPingPong(*rounds, *sleeps, *peer)
+	case "shortread":
+		line, err := shortReadPingPong(*rounds)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, line)
+		return nil
 	case "epollfds":
 		line, err := epollFDs()
 		if err != nil {

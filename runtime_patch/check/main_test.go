@@ -6,6 +6,7 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -198,5 +199,86 @@ func TestJudgeIdleWindow(t *testing.T) {
 				t.Error("judgeIdleWindow: no error")
 			}
 		})
+	}
+}
+
+func TestCountCalls(t *testing.T) {
+	log := `101 read(7, 0xc000012000, 4096) = -1 EAGAIN (Resource temporarily unavailable)
+101 read(7, "xxxx", 4096) = 64
+102 write(8, "yyyy", 64) = 64
+102 write(8, "zzzz"..., 16777216) = 2621440
+102 write(8, "zzzz"..., 14155776) = -1 EAGAIN (Resource temporarily unavailable)
+101 read(7,  <unfinished ...>
+102 epoll_pwait(4, [], 128, 0, NULL, 0) = 0
+101 <... read resumed>0xc000012000, 4096) = -1 EAGAIN (Resource temporarily unavailable)
+103 write(9, "\1\0\0\0\0\0\0\0", 8 <unfinished ...>
+103 <... write resumed>) = 8
+101 --- SIGURG {si_signo=SIGURG, si_code=SI_TKILL, si_pid=1, si_uid=0} ---
+101 +++ exited with 0 +++
+`
+	path := filepath.Join(t.TempDir(), "strace.out")
+	if err := os.WriteFile(path, []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := countCalls(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := syscallCounts{reads: 3, readAgain: 2, writes: 4, writeAgain: 1}
+	if got != want {
+		t.Errorf("countCalls = %+v, want %+v", got, want)
+	}
+}
+
+func TestJudgeShortRead(t *testing.T) {
+	const rounds = 2000
+	report := []byte(fmt.Sprintf("rounds=%d bulk=%d\n", rounds, shortBulk))
+	stock := syscallCounts{reads: 8100, readAgain: 4000, writes: 4100, writeAgain: 3}
+	off := map[string]uint64{}
+	on := func(skips, wskips uint64) map[string]uint64 {
+		return map[string]uint64{"shortread-skips": skips, "shortwrite-skips": wskips}
+	}
+	tests := []struct {
+		name   string
+		on     bool
+		stdout []byte
+		counts syscallCounts
+		st     map[string]uint64
+		ok     bool
+	}{
+		{name: "stock", stdout: report, counts: stock, st: off, ok: true},
+		{name: "stock with a skip", stdout: report, counts: stock, st: on(1, 0)},
+		{name: "stock without parks", stdout: report, counts: syscallCounts{readAgain: rounds - 1}, st: off},
+		{name: "rounds missing", stdout: []byte("rounds=1999 bulk=16777216"), counts: stock, st: off},
+		{name: "bulk missing", stdout: []byte("rounds=2000 bulk=5"), counts: stock, st: off},
+		{name: "no report", stdout: []byte("noise"), counts: stock, st: off},
+		{name: "patched", on: true, stdout: report, counts: syscallCounts{readAgain: 4}, st: on(3998, 12), ok: true},
+		{name: "patched at a tenth", on: true, stdout: report, counts: syscallCounts{readAgain: 400}, st: on(3998, 12), ok: true},
+		{name: "patched above a tenth", on: true, stdout: report, counts: syscallCounts{readAgain: 401}, st: on(3998, 12)},
+		{name: "patched, few skips", on: true, stdout: report, counts: syscallCounts{readAgain: 4}, st: on(rounds-1, 12)},
+		{name: "patched, no write skip", on: true, stdout: report, counts: syscallCounts{readAgain: 4}, st: on(3998, 0)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := judgeShortRead(tt.on, rounds, tt.stdout, tt.counts, stock, tt.st)
+			if tt.ok && err != nil {
+				t.Errorf("judgeShortRead: %v, want no error", err)
+			}
+			if !tt.ok && err == nil {
+				t.Error("judgeShortRead: no error")
+			}
+		})
+	}
+}
+
+// TestShortReadPingPong runs the shortread child's workload on whatever
+// runtime the test has: it must complete and check every byte.
+func TestShortReadPingPong(t *testing.T) {
+	got, err := shortReadPingPong(100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("rounds=100 bulk=%d", shortBulk); got != want {
+		t.Errorf("shortReadPingPong = %q, want %q", got, want)
 	}
 }
