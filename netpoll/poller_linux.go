@@ -365,6 +365,9 @@ func (p *poller) levelGuard(evs []unix.EpollEvent, woke int) {
 		if d == nil || d.gen != uint32(evs[i].Pad) || d.mode != LevelTriggered || d.rd.state.Load() == stWaiting {
 			continue
 		}
+		if d.incref() != nil {
+			continue // closing; and without a reference its fd may be reused under the MOD
+		}
 		d.armMu.Lock()
 		if a := d.armed.Load(); a&unix.EPOLLIN != 0 && d.rd.state.Load() != stWaiting {
 			if p.modify(d, a&^(unix.EPOLLIN|unix.EPOLLRDHUP)) == nil {
@@ -372,6 +375,7 @@ func (p *poller) levelGuard(evs []unix.EpollEvent, woke int) {
 			}
 		}
 		d.armMu.Unlock()
+		d.decref()
 	}
 }
 
@@ -499,6 +503,13 @@ func (p *poller) rearmAfterEvent(d *desc) {
 	if d.mode == LevelTriggered && d.armed.Load()&unix.EPOLLOUT == 0 {
 		return
 	}
+	// A reference, so that d's fd is not closed (and its number reused by
+	// a new registration, which the EPOLL_CTL_MOD would overwrite with d's
+	// generation and interest) while we modify it.
+	if d.incref() != nil {
+		return // closing: nothing to arm
+	}
+	defer d.decref()
 	d.armMu.Lock()
 	defer d.armMu.Unlock()
 	want := interest(d)
