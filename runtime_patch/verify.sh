@@ -2,10 +2,13 @@
 # verify.sh [GOROOT] checks the edgepoll toolchain built by build.sh.
 #
 # For GODEBUG empty and for each setting (netpolloneshot=1, netpollspin=50,
-# netpollspin=auto, netpollshards=4) it runs, with GODEBUG set for the go
-# command and the tests alike (both run on the patched runtime):
+# netpollspin=auto, netpollshards=4, netpollshortread=1) it runs, with
+# GODEBUG set for the go command and the tests alike (both run on the
+# patched runtime):
 #   go vet runtime
 #   go test -short net internal/poll os/signal net/http
+#                  (under a netpollshortread setting also os and os/exec,
+#                   whose tests read pipes and sockets in every way)
 #   go test -short -run Netpoll runtime   (TestNetpollBreak, TestNetpollDeadlock,
 #                                          TestNetpollWaiters)
 # Under a netpollshards setting it also runs the net and net/http tests
@@ -17,7 +20,9 @@
 # netpollspin (a ping-pong and its echo peer pinned to CPUs 0 and 1 with
 # taskset), the same for netpollspin=auto and, in an idle window after the
 # traffic, no more spin sessions than the adaptive policy's bound, n
-# eventpoll fds and Ms waiting on single shards for netpollshards. It runs
+# eventpoll fds and Ms waiting on single shards for netpollshards, and for
+# netpollshortread reads failing with EAGAIN down to a tenth of the stock
+# count in a ping-pong whose reads are all short (under strace). It runs
 # every step, prints a summary, and exits 1 if any step failed.
 #
 # Environment read:
@@ -27,7 +32,7 @@
 #   EDGEPOLL_VERIFY_CACHE  GOCACHE for the tests (default: .verify-gocache
 #                          next to GOROOT), kept between runs
 #   EDGEPOLL_SETTINGS      space-separated GODEBUG values to test instead of
-#                          the five above; write "-" for GODEBUG empty
+#                          the six above; write "-" for GODEBUG empty
 #   TMPDIR                 where the temporary HOME and check binary go
 #   PATH                   to find strace, taskset and the C toolchain
 # Every other GO* variable is cleared; GOFLAGS is empty, GOTOOLCHAIN=local,
@@ -39,7 +44,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 goroot=${1:-${EDGEPOLL_GOROOT:-$HOME/.cache/edgepoll/$version}}
 goroot=$(cd "$goroot" 2>/dev/null && pwd) || { echo "verify.sh: no GOROOT at ${1:-${EDGEPOLL_GOROOT:-$HOME/.cache/edgepoll/$version}}; run build.sh first" >&2; exit 1; }
 cache=${EDGEPOLL_VERIFY_CACHE:-$(dirname "$goroot")/.verify-gocache}
-read -r -a settings <<<"${EDGEPOLL_SETTINGS:-- netpolloneshot=1 netpollspin=50 netpollspin=auto netpollshards=4}"
+read -r -a settings <<<"${EDGEPOLL_SETTINGS:-- netpolloneshot=1 netpollspin=50 netpollspin=auto netpollshards=4 netpollshortread=1}"
 
 for v in $(compgen -e); do
 	[[ $v == GO* || $v == CGO_* ]] && unset "$v"
@@ -89,7 +94,11 @@ for s in "${settings[@]}"; do
 	label=${s:-default}
 	export GODEBUG=$s
 	step "$label: go vet runtime" go vet runtime
-	step "$label: go test net internal/poll os/signal net/http" go test -short -count=1 net internal/poll os/signal net/http
+	pkgs=(net internal/poll os/signal net/http)
+	if [[ $s == *netpollshortread* ]]; then
+		pkgs=(net internal/poll os os/exec os/signal net/http)
+	fi
+	step "$label: go test ${pkgs[*]}" go test -short -count=1 "${pkgs[@]}"
 	step "$label: go test -run Netpoll runtime" go test -short -count=1 -run Netpoll runtime
 	if [[ $s == *netpollshards* ]]; then
 		for p in net net/http; do
@@ -102,7 +111,7 @@ done
 unset GODEBUG
 
 if ! command -v strace >/dev/null && [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
-	echo "=== installing strace for the oneshot check"
+	echo "=== installing strace for the oneshot and shortread checks"
 	apt-get install -y -qq strace >/dev/null || true
 fi
 if ! command -v taskset >/dev/null && [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
@@ -120,6 +129,7 @@ if [[ -x $tmp/check ]]; then
 	step "check spin" "$tmp/check" spin
 	step "check spinauto" "$tmp/check" spinauto
 	step "check shards" "$tmp/check" shards
+	step "check shortread" "$tmp/check" shortread
 fi
 
 echo
