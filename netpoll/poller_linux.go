@@ -61,6 +61,10 @@ type poller struct {
 	events      []unix.EpollEvent
 	lastEvent   time.Time // when a poll last returned events (spinning)
 	repeatSince time.Time // start of a run of LevelTriggered batches that woke nobody
+	// disarmed: levelGuard disarmed a reader in the latest batch, whose item
+	// may still be linked in epoll's ready list (LT re-links what it
+	// reports). See runNested.
+	disarmed bool
 
 	st pollerCounters
 }
@@ -249,6 +253,17 @@ func (p *poller) runNested(f *os.File) {
 			if n == len(p.events) {
 				continue // more may be pending
 			}
+			if p.disarmed {
+				// One more poll before parking, to unlink the items
+				// levelGuard disarmed: one still linked when its reader
+				// re-arms (EPOLL_CTL_MOD) is not linked again, so the
+				// re-arm makes no wakeup, and no edge reaches the runtime's
+				// registration of our epoll fd: with no new data, the
+				// reader would wait for good. (A poller in epoll_wait(-1)
+				// scans the ready list itself.)
+				p.disarmed = false
+				continue
+			}
 			if p.spinning(n) {
 				runtime.Gosched()
 				spun = true
@@ -372,6 +387,7 @@ func (p *poller) levelGuard(evs []unix.EpollEvent, woke int) {
 		if a := d.armed.Load(); a&unix.EPOLLIN != 0 && d.rd.state.Load() != stWaiting {
 			if p.modify(d, a&^(unix.EPOLLIN|unix.EPOLLRDHUP)) == nil {
 				p.st.levelDisarms.Add(1)
+				p.disarmed = true
 			}
 		}
 		d.armMu.Unlock()
