@@ -61,10 +61,6 @@ type poller struct {
 	events      []unix.EpollEvent
 	lastEvent   time.Time // when a poll last returned events (spinning)
 	repeatSince time.Time // start of a run of LevelTriggered batches that woke nobody
-	// disarmed: levelGuard disarmed a reader in the latest batch, whose item
-	// may still be linked in epoll's ready list (LT re-links what it
-	// reports). See runNested.
-	disarmed bool
 
 	st pollerCounters
 }
@@ -253,15 +249,18 @@ func (p *poller) runNested(f *os.File) {
 			if n == len(p.events) {
 				continue // more may be pending
 			}
-			if p.disarmed {
-				// One more poll before parking, to unlink the items
-				// levelGuard disarmed: one still linked when its reader
-				// re-arms (EPOLL_CTL_MOD) is not linked again, so the
-				// re-arm makes no wakeup, and no edge reaches the runtime's
-				// registration of our epoll fd: with no new data, the
-				// reader would wait for good. (A poller in epoll_wait(-1)
-				// scans the ready list itself.)
-				p.disarmed = false
+			if n > 0 && p.mode == LevelTriggered {
+				// Park only once a poll found the ready list empty. epoll
+				// re-links a level-triggered item in its ready list when it
+				// reports it, without a wakeup; an EPOLL_CTL_MOD on a linked
+				// item (a parking writer arming EPOLLOUT, a reader re-armed
+				// after levelGuard) makes no wakeup either, so no edge would
+				// reach the runtime's registration of our epoll fd, and an
+				// operation whose readiness came before its re-arm would
+				// wait for good (seen with a reader and with a writer under
+				// -race). The next poll unlinks what is no longer ready;
+				// levelGuard yields between polls that wake nobody. A
+				// poller in epoll_wait(-1) scans the ready list itself.
 				continue
 			}
 			if p.spinning(n) {
@@ -387,7 +386,6 @@ func (p *poller) levelGuard(evs []unix.EpollEvent, woke int) {
 		if a := d.armed.Load(); a&unix.EPOLLIN != 0 && d.rd.state.Load() != stWaiting {
 			if p.modify(d, a&^(unix.EPOLLIN|unix.EPOLLRDHUP)) == nil {
 				p.st.levelDisarms.Add(1)
-				p.disarmed = true
 			}
 		}
 		d.armMu.Unlock()
