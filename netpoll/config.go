@@ -115,6 +115,38 @@ func (s SpinPolicy) String() string {
 	return "SpinPolicy(" + strconv.Itoa(int(s)) + ")"
 }
 
+// ShortRead says whether a connection skips, after a Read or Write that
+// moved fewer bytes than asked, the syscall that would return EAGAIN
+// (Config.ShortRead). See doc.go, "Short reads".
+type ShortRead uint8
+
+const (
+	// ShortReadDefault, the zero value, is ShortReadOn: measured to save
+	// a syscall per request and no CPU (doc.go, "Short reads").
+	ShortReadDefault ShortRead = iota
+	// ShortReadOn skips: after a short transfer the next one in the same
+	// direction parks first, unless an edge came since, except on a
+	// connection whose events announced urgent data, end of input, a
+	// hang-up or an error, or whose fd user code has had (RawConn).
+	ShortReadOn
+	// ShortReadOff makes every Read and Write try its syscall first, as
+	// package net does.
+	ShortReadOff
+)
+
+var shortReadNames = [...]string{ShortReadDefault: "default", ShortReadOn: "on", ShortReadOff: "off"}
+
+// String returns the short name used in NETPOLL.
+func (s ShortRead) String() string {
+	if int(s) < len(shortReadNames) {
+		return shortReadNames[s]
+	}
+	return "ShortRead(" + strconv.Itoa(int(s)) + ")"
+}
+
+// shortReadDefault is what ShortReadDefault means.
+const shortReadDefault = true
+
 // maxBusyPollUsecs is the largest busy_poll_usecs the kernel accepts (S32_MAX).
 const maxBusyPollUsecs = 1<<31 - 1
 
@@ -151,6 +183,10 @@ type Config struct {
 	// busy polling enabled) and does nothing on loopback. New fails on a
 	// kernel without EPIOCSPARAMS. Rounded to whole microseconds.
 	BusyPoll time.Duration
+
+	// ShortRead says whether connections skip the syscall that would
+	// return EAGAIN after a short Read or Write. The zero value is on.
+	ShortRead ShortRead
 }
 
 // DefaultPollers is the number of pollers a Group gets when Config.Pollers
@@ -187,6 +223,9 @@ func (c Config) validate() error {
 	if int(c.SpinPolicy) >= len(spinPolicyNames) {
 		return &ConfigError{"spinpolicy", c.SpinPolicy.String(), "want default, auto or fixed"}
 	}
+	if int(c.ShortRead) >= len(shortReadNames) {
+		return &ConfigError{"shortread", c.ShortRead.String(), "want default, on or off"}
+	}
 	if c.SpinPolicy == SpinAuto && c.Spin != 0 {
 		return &ConfigError{"spin", c.Spin.String(), "SpinAuto sets the budget itself: leave Spin 0"}
 	}
@@ -205,6 +244,11 @@ func (c Config) validate() error {
 // default (SpinDefault with Spin 0).
 func (c Config) autoSpin() bool {
 	return c.SpinPolicy == SpinAuto || (c.SpinPolicy == SpinDefault && c.Spin == 0)
+}
+
+// shortRead reports whether connections skip after short transfers.
+func (c Config) shortRead() bool {
+	return c.ShortRead == ShortReadOn || (c.ShortRead == ShortReadDefault && shortReadDefault)
 }
 
 func (c Config) pollers() int {
@@ -236,6 +280,9 @@ func (c Config) String() string {
 	if c.BusyPoll != 0 {
 		s += ",busypoll=" + c.BusyPoll.String()
 	}
+	if c.ShortRead != ShortReadDefault {
+		s += ",shortread=" + c.ShortRead.String()
+	}
 	return s
 }
 
@@ -244,7 +291,7 @@ func (c Config) String() string {
 // lt), pollers (a count), sharing (single, exclusive, wakeall, reuseport),
 // spin (a duration, 0 to never spin, "forever" for a negative budget, or
 // "auto" for SpinAuto, "default" for the zero value), wait (nested,
-// block, yield), busypoll (a duration). Unset keys keep their zero value. An unknown key, a
+// block, yield), busypoll (a duration), shortread (on, off, default). Unset keys keep their zero value. An unknown key, a
 // repeated key or a bad value is a *ConfigError naming it.
 func ParseConfig(s string) (Config, error) {
 	var c Config
@@ -301,6 +348,12 @@ func (c *Config) set(k, v string) error {
 			return &ConfigError{k, v, "want a duration such as 50us, or 0, up to 2^31-1 microseconds"}
 		}
 		c.BusyPoll = d
+	case "shortread":
+		i := indexOf(shortReadNames[:], v, nil)
+		if i < 0 {
+			return &ConfigError{k, v, "want on, off or default"}
+		}
+		c.ShortRead = ShortRead(i)
 	case "spin":
 		switch v {
 		case "default":
@@ -321,7 +374,7 @@ func (c *Config) set(k, v string) error {
 			c.SpinPolicy = SpinFixed // explicit: never spin, whatever the default
 		}
 	default:
-		return &ConfigError{"key", k, "known keys are mode, pollers, sharing, spin, wait, busypoll"}
+		return &ConfigError{"key", k, "known keys are mode, pollers, sharing, spin, wait, busypoll, shortread"}
 	}
 	return nil
 }

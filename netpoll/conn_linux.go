@@ -7,6 +7,7 @@ import (
 	"os"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -44,7 +45,13 @@ func (c *Conn) Read(b []byte) (int, error) {
 	if len(b) > maxRW {
 		b = b[:maxRW]
 	}
-	n, err := d.io(&d.rd, func() (int, error) { return unix.Read(d.fd, b) })
+	var n int
+	var err error
+	if c.network == "unix" && d.skip {
+		n, err = c.readUnix(b)
+	} else {
+		n, err = d.io(&d.rd, len(b), func() (int, error) { return unix.Read(d.fd, b) })
+	}
 	if err != nil {
 		return 0, c.opError("read", syscallErr("read", err))
 	}
@@ -52,6 +59,44 @@ func (c *Conn) Read(b []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// readUnix reads a unix stream socket with recvmsg instead of read, to see
+// MSG_CTRUNC: the kernel ends a unix read early after a message that
+// carried fds, or at a change of sender when credentials are passed
+// (unix_stream_read_generic), with the rest still queued and no new edge
+// to come. A read that stops there sets MSG_CTRUNC (no control buffer is
+// given, so the fds are closed and the credentials dropped, as read does)
+// and does not count as short.
+func (c *Conn) readUnix(b []byte) (int, error) {
+	d := c.d
+	truncated := false
+	n, err := d.io(&d.rd, len(b), func() (int, error) {
+		n, flags, err := recvmsg(d.fd, b)
+		truncated = flags&unix.MSG_CTRUNC != 0
+		return n, err
+	})
+	if truncated {
+		d.rd.drained = false // still under d.rd.mu: Read ends the operation after us
+	}
+	return n, err
+}
+
+// recvmsg is recvmsg(2) with one iovec and no name or control buffer,
+// returning the count and msg_flags. unix.Recvmsg would fill in (and
+// allocate) the peer's address on every call.
+func recvmsg(fd int, b []byte) (n int, flags int, err error) {
+	iov := unix.Iovec{Base: &b[0]}
+	iov.SetLen(len(b))
+	msg := unix.Msghdr{Iov: &iov, Iovlen: 1}
+	// unsafe: msg, iov and b stay alive and unmoved for the call (a
+	// pointer converted in the argument list of a syscall is kept), and
+	// the kernel keeps no reference to them after it returns.
+	r, _, e := unix.Syscall(unix.SYS_RECVMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)), 0)
+	if e != 0 {
+		return 0, 0, e
+	}
+	return int(r), int(msg.Flags), nil
 }
 
 // Write writes all of b, parking whenever the socket buffer is full, until
@@ -65,7 +110,16 @@ func (c *Conn) Write(b []byte) (int, error) {
 	nn := 0
 	for nn < len(b) {
 		chunk := b[nn:min(len(b), nn+maxRW)]
-		n, err := d.io(&d.wr, func() (int, error) { return unix.Write(d.fd, chunk) })
+		size := len(chunk)
+		if c.network == "unix" {
+			// No skipping after a short unix write: when the peer shuts
+			// its reading side (CloseRead) the next write fails with
+			// EPIPE, but unix_poll has no event bit for that state, so a
+			// writer waiting for EPOLLOUT would wait until the peer
+			// reads or closes. See DESIGN.md, "Short reads".
+			size = 0
+		}
+		n, err := d.io(&d.wr, size, func() (int, error) { return unix.Write(d.fd, chunk) })
 		if n > 0 {
 			nn += n
 		}
@@ -231,6 +285,7 @@ func (rc rawConn) Control(f func(fd uintptr)) error {
 		return err
 	}
 	defer rc.d.decref()
+	rc.d.exposeRaw()
 	f(uintptr(rc.d.fd))
 	return nil
 }
@@ -249,7 +304,8 @@ func (rc rawConn) rawIO(dr *dir, f func(fd uintptr) bool) error {
 		return err
 	}
 	defer d.end(dr)
-	_, err := d.io(dr, func() (int, error) {
+	d.exposeRaw()
+	_, err := d.io(dr, 0, func() (int, error) {
 		if f(uintptr(d.fd)) {
 			return 0, nil
 		}

@@ -25,6 +25,19 @@ import (
 // woken exactly once, and an edge that lands between EAGAIN and the park is
 // held as ready: it is never lost. A stale ready costs one syscall that
 // returns EAGAIN.
+//
+// With short-read skipping (desc.skip, Config.ShortRead), a stream Read or
+// Write also moves ready -> idle just before its syscall (consume), and a
+// syscall that moved fewer bytes than asked marks the direction drained:
+// the next operation in it goes to wait before any syscall, so it parks
+// unless an edge came since that consume. It is safe because the kernel
+// queues the data an edge announces before it wakes epoll, so an edge
+// consumed before a syscall announces nothing that syscall did not see,
+// and anything queued after the syscall found the socket drained wakes
+// epoll again, after the consume. The exceptions, where the kernel stops a
+// transfer early with something still pending and no edge to come, are
+// announced by event bits the descriptor keeps (sticky) and that turn the
+// skip off. netpoll/DESIGN.md, "Short reads", has the kernel paths.
 const (
 	stIdle uint32 = iota
 	stReady
@@ -42,10 +55,15 @@ type dir struct {
 	mu    sync.Mutex
 	timer *time.Timer // the parked operation's deadline timer; guarded by mu
 
+	// drained: the last syscall of a stream operation in this direction
+	// moved fewer bytes than asked (desc.skip only). Guarded by mu.
+	drained bool
+
 	// Counters, added to only under mu (atomic so Stats may read them).
 	parks  atomic.Uint64 // operations that parked
 	eagain atomic.Uint64 // syscalls that returned EAGAIN
 	tokens atomic.Uint64 // ready tokens consumed without parking
+	skips  atomic.Uint64 // operations that went to wait without a syscall after a short one
 }
 
 // notify records an edge: from the poller's events, or handed over by a
@@ -135,7 +153,30 @@ type desc struct {
 	armed atomic.Uint32 // epoll interest currently armed, without flag bits
 
 	ctlMod atomic.Uint64 // EPOLL_CTL_MOD calls made for this descriptor
+
+	// skip turns on short-read skipping for this descriptor: a connection
+	// of a group with Config.ShortRead on. Set before registration.
+	skip bool
+	// sticky collects, for good, the event bits that announce a condition
+	// the kernel can end a transfer early on while something is still
+	// pending (stickyEvents), and stickyRaw once the fd has been handed to
+	// code of the user's. Any bit turns skipping off. The poller stores
+	// event bits before it notifies, so an operation that consumed the edge
+	// sees them.
+	sticky atomic.Uint32
 }
+
+// stickyEvents are the event bits that announce what can end a read early
+// with something still pending: urgent data (EPOLLPRI: TCP's urgent mark,
+// a unix socket's MSG_OOB byte), end of input (EPOLLRDHUP), hang-up and
+// errors. See DESIGN.md, "Short reads".
+const stickyEvents = unix.EPOLLPRI | unix.EPOLLRDHUP | unix.EPOLLHUP | unix.EPOLLERR
+
+// stickyRaw marks a descriptor whose fd user code has had (RawConn): it may
+// have set options that end reads early (SO_PASSCRED on a unix socket read
+// by Read, TCP_ULP), so the descriptor no longer skips. EPOLLET is never
+// reported as an event bit, so the bit is free.
+const stickyRaw uint32 = unix.EPOLLET
 
 type descKind uint8
 
@@ -310,11 +351,35 @@ func (d *desc) end(dr *dir) {
 
 // io runs op in direction dr until it returns something other than EAGAIN
 // or EINTR, parking between tries. op must not retain anything past its call.
-func (d *desc) io(dr *dir, op func() (int, error)) (int, error) {
+//
+// size > 0 says op is a plain stream transfer of up to size bytes (Conn's
+// Read and Write), the only kind that skips after a short one (d.skip): the
+// readiness is consumed just before each syscall, a result of fewer than
+// size bytes marks the direction drained, and an operation that finds it
+// drained waits before its first syscall. Other operations (connect, raw,
+// accept) pass 0: their op may return EAGAIN without a syscall, which a
+// consumed edge would leave parked for good.
+func (d *desc) io(dr *dir, size int, op func() (int, error)) (int, error) {
+	stream := size > 0 && d.skip
+	if stream && dr.drained {
+		dr.drained = false
+		if d.sticky.Load() == 0 {
+			dr.skips.Add(1)
+			if err := d.wait(dr); err != nil {
+				return 0, err
+			}
+		}
+	}
 	for {
+		if stream {
+			dr.consume()
+		}
 		n, err := op()
 		switch err {
 		case nil:
+			if stream {
+				dr.drained = n > 0 && n < size
+			}
 			return n, nil
 		case unix.EINTR:
 			continue
@@ -331,12 +396,49 @@ func (d *desc) io(dr *dir, op func() (int, error)) (int, error) {
 	}
 }
 
+// stick keeps the sticky bits of event bits e.
+func (d *desc) stick(e uint32) {
+	if b := e & stickyEvents; d.skip && b != 0 && d.sticky.Load()&b != b {
+		d.sticky.Or(b)
+	}
+}
+
+// exposeRaw turns skipping off for good once user code has the fd.
+func (d *desc) exposeRaw() {
+	if d.skip && d.sticky.Load()&stickyRaw == 0 {
+		d.sticky.Or(stickyRaw)
+	}
+}
+
+// consume drops a ready edge before a syscall that will see whatever the
+// edge announced. Only the operation (under mu) moves ready to idle.
+func (dr *dir) consume() {
+	if dr.state.Load() == stReady {
+		dr.state.CompareAndSwap(stReady, stIdle)
+	}
+}
+
+// event hands the bits of one epoll event to d's directions and returns how
+// many parked operations it woke. Sticky bits are stored first, so an
+// operation that consumes the edge also sees them.
+func (d *desc) event(e uint32) (woke int) {
+	d.stick(e)
+	if e&(unix.EPOLLIN|unix.EPOLLPRI|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 && d.rd.notify() {
+		woke++
+	}
+	if e&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0 && d.wr.notify() {
+		woke++
+	}
+	return woke
+}
+
 func (d *desc) counters() descCounters {
 	return descCounters{
 		readParks:  d.rd.parks.Load(),
 		writeParks: d.wr.parks.Load(),
 		eagain:     d.rd.eagain.Load() + d.wr.eagain.Load(),
 		tokens:     d.rd.tokens.Load() + d.wr.tokens.Load(),
+		skips:      d.rd.skips.Load() + d.wr.skips.Load(),
 		ctlMod:     d.ctlMod.Load(),
 	}
 }

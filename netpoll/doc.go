@@ -158,6 +158,30 @@
 // (EPIOCSPARAMS): epoll_wait polls the device's NAPI queue before sleeping.
 // It needs a NAPI device with busy polling and does nothing on loopback.
 //
+// # Short reads
+//
+// A Read that returns fewer bytes than it asked for shows the socket
+// drained, so by default (Config.ShortRead, NETPOLL shortread=on|off) the
+// next Read on that Conn parks without the read syscall that would return
+// EAGAIN, unless an edge came since the short read began; after a short
+// TCP Write the rest waits for EPOLLOUT without the write that would return
+// EAGAIN. golang/go#8891 tried this in 2014 and reads hung: an edge that
+// came after the short read was erased by the next Read's reset, and the
+// kernel ends a read early in a few places while more data, an EOF or an
+// error is already queued, with no new edge to come. netpoll consumes an
+// edge only just before a syscall, never after it, and keeps for good the
+// event bits that announce those places (EPOLLPRI, which skipping
+// connections register in every mode, EPOLLRDHUP, EPOLLHUP, EPOLLERR): any
+// of them turns the saving off for that Conn. Unix sockets are read with
+// recvmsg so that a read that stopped at a message carrying fds or other
+// credentials (MSG_CTRUNC) does not count as short, and unix writes never
+// skip. Code that has had the fd through SyscallConn (and may have set
+// SO_RCVLOWAT, TCP_ULP, SO_PASSCRED or read with MSG_OOB) turns the saving
+// off for that Conn too. Stats.ShortSkips counts the operations that went
+// to wait without a syscall. netpoll/DESIGN.md lists the kernel paths, with
+// their lines, and the state machine; Read into memory that cannot be
+// faulted in (a foreign mmap) is not supported with the saving on.
+//
 // # Wait strategies
 //
 // Config.Wait picks how a poller waits when it has no events: nested in the

@@ -115,3 +115,10 @@ func SetSpinCosts(w, c time.Duration) (restore func()) {
 
 // AutoSpinMax is the cap on SpinAuto's budget.
 const AutoSpinMax = autoSpinMax
+
+// Sticky returns the sticky bits a *Conn has kept: event bits, and
+// StickyRaw once user code had its fd. Any bit turns short-read skipping off.
+func Sticky(c any) uint32 { return descOf(c).sticky.Load() }
+
+// StickyRaw is the bit Sticky reports for a fd handed to user code.
+const StickyRaw = stickyRaw

@@ -29,15 +29,26 @@ import (
 //     before the park, or while parked) leads to a retry of the syscall, or
 //     to the error of a Close or deadline that came first; never to a park
 //     that nobody ends.
+//
 //   - Exactly one wake per park: no token is ever left in a wake channel
 //     while nobody is parked (a second token for one park panics in
 //     dir.send, which fails the target too).
+//
 //   - No wake after close: once close has returned the operation has ended,
 //     no direction is waiting, and later events and deadline changes send no
 //     token.
+//
 //   - An operation that meets Close fails with net.ErrClosed, one past its
 //     deadline with os.ErrDeadlineExceeded; an operation begun on a closed
 //     desc fails at once, without a syscall.
+//
+//   - Short reads (desc.skip, run with it on and off): an operation that
+//     follows a short one in its direction parks without a syscall only if
+//     no edge came since the readiness was consumed before that short
+//     syscall, and no sticky event (urgent data, EOF, hang-up, error) was
+//     ever seen; an operation after a syscall that stopped short with
+//     something still pending ('u', announced by a sticky event before or
+//     during it, as the kernel does) always makes its syscall.
 //
 // Only EdgeTriggered is modelled: armForPark does nothing there, so the desc
 // needs no epoll instance (the other modes' arming runs on real sockets in
@@ -49,8 +60,10 @@ import (
 //	go test -run '^$' -fuzz FuzzDescStateMachine -fuzztime 5m ./netpoll
 func FuzzDescStateMachine(f *testing.F) {
 	f.Fuzz(func(t *testing.T, script string) {
-		if err := runDescModel(realMachine, script, 10*time.Second); err != nil {
-			t.Fatal(err)
+		for _, m := range []descMachine{realMachine, realMachineNoSkip} {
+			if err := runDescModel(m, script, 10*time.Second); err != nil {
+				t.Fatalf("%s: %v", m.name, err)
+			}
 		}
 	})
 }
@@ -58,8 +71,12 @@ func FuzzDescStateMachine(f *testing.F) {
 // descActions are the script's actions; any other byte b means
 // descActions[b%len(descActions)].
 //
-//	d a x   the pending syscall returns data, EAGAIN or ECONNRESET; elsewhere
-//	        they advance like '.'
+//	d a x   the pending syscall returns all it was asked for, EAGAIN or
+//	        ECONNRESET; elsewhere they advance like '.'
+//	h u     the pending syscall returns short: drained (h), or stopped early
+//	        with something still pending (u), which a sticky event announced
+//	        before (e) or announces now, during the syscall; elsewhere '.'
+//	e       an event with sticky bits (EPOLLERR|EPOLLHUP) for both directions
 //	.       advance: start a read if idle, leave the before-park window, or
 //	        wait out a near deadline while parked
 //	o O     start a read (write) if idle; else advance
@@ -67,7 +84,7 @@ func FuzzDescStateMachine(f *testing.F) {
 //	f p s z set the current direction's deadline to the far future, the past,
 //	        50µs from now, or none
 //	c       close, from its own goroutine
-const descActions = "daxrwbfpszcoO."
+const descActions = "daxhuerwbfpszcoO."
 
 // descMachine is the state machine under test: the real one, or a broken
 // copy that TestDescModelCatchesBrokenMachines expects the model to catch.
@@ -76,9 +93,18 @@ type descMachine struct {
 	notify      func(*dir) bool
 	setDeadline func(*dir, time.Time)
 	close       func(*desc) error
+	stick       func(*desc, uint32)
+	io          func(d *desc, dr *dir, size int, op func() (int, error)) (int, error)
+	skip        bool // the desc skips after short transfers
 }
 
-var realMachine = descMachine{"real", (*dir).notify, (*dir).setDeadline, (*desc).close}
+var (
+	realMachine       = descMachine{"real", (*dir).notify, (*dir).setDeadline, (*desc).close, (*desc).stick, (*desc).io, true}
+	realMachineNoSkip = descMachine{"real, no skip", (*dir).notify, (*dir).setDeadline, (*desc).close, (*desc).stick, (*desc).io, false}
+)
+
+// modelSize is what the model's operations ask for: 2, so that 1 is short.
+const modelSize = 2
 
 // modelFD marks the model's desc for the before-park hook; no real
 // descriptor has a negative fd.
@@ -140,6 +166,8 @@ type descModel struct {
 	// wokeByEdge: the parked operation was just woken by an event, so it
 	// consumes the token if it retries and keeps it if it fails.
 	wokeByEdge bool
+	drained    [2]bool // the direction's last syscall was short (skip machines)
+	sticky     bool    // a sticky event was delivered
 	trace      strings.Builder
 }
 
@@ -148,6 +176,7 @@ func newDescModel(m descMachine, timeout time.Duration) *descModel {
 	d.p = &poller{epfd: -1} // EdgeTriggered never arms; unregister's EPOLL_CTL_DEL fails harmlessly
 	d.mode = EdgeTriggered
 	d.shared = true // destroy closes no fd
+	d.skip = m.skip
 	return &descModel{m: m, d: d, timeout: timeout, dr: &d.rd,
 		req: make(chan modelOutcome), resp: make(chan byte), res: make(chan error, 1)}
 }
@@ -234,6 +263,8 @@ func (md *descModel) step(a byte) error {
 		return md.setDeadline(mdlNone)
 	case 'c':
 		return md.close()
+	case 'e':
+		return md.stickyEvent()
 	default:
 		return md.advance(a)
 	}
@@ -273,13 +304,43 @@ func (md *descModel) advance(a byte) error {
 		if a == 'O' {
 			md.dr = &md.d.wr
 		}
+		i := md.idx(md.dr)
 		w := md.afterCheck(opAtSyscall)
+		skips := md.m.skip && md.drained[i] && !md.sticky && !md.ready[i]
+		if skips {
+			// Drained, and no edge since: to the window before the park
+			// without a syscall. (With a ready edge it consumes it and
+			// makes the syscall; with a sticky bit it makes it at once.)
+			w = md.afterCheck(opAtHook)
+		}
 		md.start()
-		return md.reach(w)
+		if err := md.reach(w); err != nil {
+			return err
+		}
+		if md.at&(opAtSyscall|opAtHook) != 0 {
+			md.drained[i] = false // past begin: io has taken the mark
+		}
+		return nil
 	case md.at == opAtSyscall:
+		i := md.idx(md.dr)
 		switch a {
 		case 'd':
 			md.resp <- 'd'
+			md.drained[i] = false
+			return md.reach(opOK)
+		case 'u':
+			if !md.sticky {
+				// The kernel announced what stops the read (its wakeup
+				// came before the read could see it); the poller
+				// delivers it now, during the syscall.
+				if err := md.stickyEvent(); err != nil {
+					return err
+				}
+			}
+			fallthrough
+		case 'h':
+			md.resp <- 'h'
+			md.drained[i] = md.m.skip
 			return md.reach(opOK)
 		case 'x':
 			md.resp <- 'x'
@@ -314,10 +375,12 @@ func (md *descModel) start() {
 	go func() {
 		err := d.begin(dr)
 		if err == nil {
-			_, err = d.io(dr, func() (int, error) {
+			_, err = md.m.io(d, dr, modelSize, func() (int, error) {
 				md.req <- opAtSyscall
 				switch <-md.resp {
 				case 'd':
+					return modelSize, nil
+				case 'h':
 					return 1, nil
 				case 'x':
 					return 0, unix.ECONNRESET
@@ -354,6 +417,17 @@ func (md *descModel) event(dr *dir) error {
 	// Woken: it consumes the token and retries, unless its deadline passed.
 	md.wokeByEdge = true
 	return md.reach(wake)
+}
+
+// stickyEvent delivers an event with sticky bits for both directions, as
+// the poller does: the bits first, then the edges.
+func (md *descModel) stickyEvent() error {
+	md.m.stick(md.d, unix.EPOLLERR|unix.EPOLLHUP)
+	md.sticky = true
+	if err := md.event(&md.d.rd); err != nil {
+		return err
+	}
+	return md.event(&md.d.wr)
 }
 
 func (md *descModel) setDeadline(k modelDeadline) error {
@@ -477,6 +551,9 @@ wait:
 	if md.wokeByEdge {
 		md.wokeByEdge = false
 		md.ready[md.idx(md.dr)] = got != opAtSyscall
+	}
+	if got == opAtSyscall && md.m.skip {
+		md.ready[md.idx(md.dr)] = false // consumed just before the syscall
 	}
 	switch got {
 	case opAtSyscall, opAtHook:

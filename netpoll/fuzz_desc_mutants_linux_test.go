@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestDescModelCatchesBrokenMachines runs the seed corpus of
@@ -71,8 +73,22 @@ func TestDescModelCatchesBrokenMachines(t *testing.T) {
 			}
 		}},
 		{name: "close does not wake the parked", close: closeWithoutNudge},
+
+		// Short reads.
+		{name: "skips after a short read that stopped with something pending", io: brokenIO(ignoreSticky)},
+		{name: "a sticky bit is cleared when the edge is consumed", io: brokenIO(clearStickyOnConsume)},
+		{name: "the edge is consumed after the read instead of before it", io: brokenIO(consumeAfter)},
+		{name: "a full read leaves the skip armed", io: brokenIO(keepDrained)},
+		{name: "the poller drops sticky bits", stick: func(*desc, uint32) {}},
 	}
 	for _, m := range broken {
+		m.skip = true
+		if m.io == nil {
+			m.io = realMachine.io
+		}
+		if m.stick == nil {
+			m.stick = realMachine.stick
+		}
 		if m.notify == nil {
 			m.notify = realMachine.notify
 		}
@@ -118,4 +134,59 @@ func descSeeds(t *testing.T) []string {
 		t.Fatalf("%d seeds in %s, want the committed corpus", len(seeds), dir)
 	}
 	return seeds
+}
+
+// ioBug is one way brokenIO breaks short-read skipping.
+type ioBug int
+
+const (
+	ignoreSticky ioBug = iota
+	clearStickyOnConsume
+	consumeAfter
+	keepDrained
+)
+
+// brokenIO returns desc.io for stream operations with one bug: the real
+// one's steps (skip when drained, consume, syscall, mark drained), one of
+// them done wrong.
+func brokenIO(bug ioBug) func(d *desc, dr *dir, size int, op func() (int, error)) (int, error) {
+	return func(d *desc, dr *dir, size int, op func() (int, error)) (int, error) {
+		if dr.drained {
+			if bug != keepDrained {
+				dr.drained = false
+			}
+			if d.sticky.Load() == 0 || bug == ignoreSticky {
+				if err := d.wait(dr); err != nil {
+					return 0, err
+				}
+			}
+		}
+		for {
+			if bug != consumeAfter {
+				dr.consume()
+			}
+			if bug == clearStickyOnConsume {
+				d.sticky.Store(0)
+			}
+			n, err := op()
+			if bug == consumeAfter {
+				dr.consume()
+			}
+			switch err {
+			case nil:
+				if n > 0 && n < size {
+					dr.drained = true
+				} else if bug != keepDrained {
+					dr.drained = false
+				}
+				return n, nil
+			case unix.EAGAIN:
+				if err := d.wait(dr); err != nil {
+					return 0, err
+				}
+			default:
+				return n, err
+			}
+		}
+	}
 }

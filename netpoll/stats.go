@@ -27,6 +27,7 @@ type PollerStats struct {
 	WriteParks  uint64 // writes and connects that parked
 	EAGAIN      uint64 // syscalls that returned EAGAIN
 	ReadyTokens uint64 // edges consumed after EAGAIN without parking
+	ShortSkips  uint64 // reads and writes that went to wait without a syscall after a short one (Config.ShortRead)
 
 	LevelDisarms   uint64 // LevelTriggered readers disarmed for not reading
 	Accepts        uint64 // connections accepted on this poller
@@ -70,6 +71,7 @@ func (s *PollerStats) add(o *PollerStats) {
 	s.WriteParks += o.WriteParks
 	s.EAGAIN += o.EAGAIN
 	s.ReadyTokens += o.ReadyTokens
+	s.ShortSkips += o.ShortSkips
 	s.LevelDisarms += o.LevelDisarms
 	s.Accepts += o.Accepts
 	s.AcceptBackoffs += o.AcceptBackoffs
@@ -81,7 +83,7 @@ func (s *PollerStats) add(o *PollerStats) {
 // descCounters are the per-I/O counters a descriptor keeps for itself, so
 // that no counter shared between connections is touched per operation.
 type descCounters struct {
-	readParks, writeParks, eagain, tokens, ctlMod uint64
+	readParks, writeParks, eagain, tokens, skips, ctlMod uint64
 }
 
 func (c *descCounters) add(o *descCounters) {
@@ -89,6 +91,7 @@ func (c *descCounters) add(o *descCounters) {
 	c.writeParks += o.writeParks
 	c.eagain += o.eagain
 	c.tokens += o.tokens
+	c.skips += o.skips
 	c.ctlMod += o.ctlMod
 }
 
@@ -97,5 +100,6 @@ func (c *descCounters) into(s *PollerStats) {
 	s.WriteParks += c.writeParks
 	s.EAGAIN += c.eagain
 	s.ReadyTokens += c.tokens
+	s.ShortSkips += c.skips
 	s.CtlMod += c.ctlMod
 }

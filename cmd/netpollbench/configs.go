@@ -24,6 +24,9 @@ var servers = []server{
 	{"lt", "cfg=lt/impl=netpoll/mode=lt/spin=0", "echoserver", []string{"-impl", "netpoll", "-mode", "lt", "-spin", "0"}},
 	{"spin", "cfg=spin/impl=netpoll/mode=et/spin=forever", "echoserver", []string{"-impl", "netpoll", "-spin", "forever"}},
 	{"auto", "cfg=auto/impl=netpoll/mode=et/spin=auto", "echoserver", []string{"-impl", "netpoll", "-spin", "auto"}},
+	// Short-read skipping off (it is on in every netpoll configuration above).
+	{"et-noskip", "cfg=et-noskip/impl=netpoll/mode=et/spin=0/shortread=off", "echoserver", []string{"-impl", "netpoll", "-mode", "et", "-spin", "0", "-shortread", "off"}},
+	{"auto-noskip", "cfg=auto-noskip/impl=netpoll/mode=et/spin=auto/shortread=off", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-shortread", "off"}},
 	{"gnet", "cfg=gnet/impl=gnet", "gnetecho", nil},
 	{"nbio", "cfg=nbio/impl=nbio", "nbioecho", nil},
 	{"cloudwego", "cfg=cloudwego/impl=cloudwego", "cloudwegoecho", nil},

@@ -26,6 +26,7 @@ type Flags struct {
 	Sharing    string
 	Spin       string
 	Wait       string
+	ShortRead  string
 	Network    string
 	Addr       string
 	Lifetime   time.Duration
@@ -41,6 +42,7 @@ func (f *Flags) Register(fs *flag.FlagSet, defaultAddr string) {
 	fs.StringVar(&f.Sharing, "sharing", "single", "netpoll listener sharing: single, exclusive, wakeall or reuseport")
 	fs.StringVar(&f.Spin, "spin", "default", `netpoll spin: a budget (a duration, 0 for never, or "forever"), "auto", or "default" (the library's: auto)`)
 	fs.StringVar(&f.Wait, "wait", "nested", "netpoll wait strategy: nested, block or yield")
+	fs.StringVar(&f.ShortRead, "shortread", "default", `netpoll: skip the syscall that would return EAGAIN after a short read or write: on, off, or "default" (the library's: on)`)
 	fs.StringVar(&f.Network, "net", "tcp", "network: tcp, tcp4, tcp6 or unix")
 	fs.StringVar(&f.Addr, "addr", defaultAddr, "address to listen on")
 	fs.DurationVar(&f.Lifetime, "lifetime", 0, "exit after this long (0: run until interrupted)")
@@ -52,7 +54,7 @@ func (f *Flags) Register(fs *flag.FlagSet, defaultAddr string) {
 // netpoll.ParseConfig so that a bad value is named the same way NETPOLL's
 // would be.
 func (f *Flags) Config() (netpoll.Config, error) {
-	s := fmt.Sprintf("mode=%s,sharing=%s,spin=%s,wait=%s", f.Mode, f.Sharing, f.Spin, f.Wait)
+	s := fmt.Sprintf("mode=%s,sharing=%s,spin=%s,wait=%s,shortread=%s", f.Mode, f.Sharing, f.Spin, f.Wait, f.ShortRead)
 	if f.Pollers != 0 {
 		s += fmt.Sprintf(",pollers=%d", f.Pollers)
 	}
@@ -64,7 +66,11 @@ func (f *Flags) Label() string {
 	if f.Impl == "net" {
 		return "impl=net"
 	}
-	return fmt.Sprintf("impl=netpoll/mode=%s/pollers=%d/sharing=%s/spin=%s/wait=%s", f.Mode, max(f.Pollers, netpoll.DefaultPollers), f.Sharing, f.Spin, f.Wait)
+	l := fmt.Sprintf("impl=netpoll/mode=%s/pollers=%d/sharing=%s/spin=%s/wait=%s", f.Mode, max(f.Pollers, netpoll.DefaultPollers), f.Sharing, f.Spin, f.Wait)
+	if f.ShortRead != "default" {
+		l += "/shortread=" + f.ShortRead
+	}
+	return l
 }
 
 // Server is a listener chosen by the flags, and what must be closed with it.
@@ -163,8 +169,8 @@ func PrintStats(w io.Writer, st netpoll.Stats) {
 	t := st.Total
 	fmt.Fprintf(w, "netpoll stats: epoll-waits=%d blocking-waits=%d wakeups=%d empty-wakeups=%d events=%d "+
 		"spin-polls=%d spin-hits=%d spin-decisions=%d spin-found=%d spin-gave-up=%d spin-time=%v "+
-		"wake-cost=%v spin-budget=%v block-cost=%v read-parks=%d write-parks=%d eagain=%d\n",
+		"wake-cost=%v spin-budget=%v block-cost=%v read-parks=%d write-parks=%d eagain=%d short-skips=%d\n",
 		t.EpollWaits, t.BlockingWaits, t.Wakeups, t.EmptyWakeups, t.Events,
 		t.SpinPolls, t.SpinHits, t.SpinDecisions, t.SpinFound, t.SpinGaveUp, t.SpinTime,
-		st.WakeCost, st.SpinBudget, t.BlockCost, t.ReadParks, t.WriteParks, t.EAGAIN)
+		st.WakeCost, st.SpinBudget, t.BlockCost, t.ReadParks, t.WriteParks, t.EAGAIN, t.ShortSkips)
 }
