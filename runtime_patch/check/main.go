@@ -139,6 +139,22 @@ func (c checker) child(godebug string, env, wrap []string, args ...string) (stdo
 	return o.Bytes(), e.Bytes(), nil
 }
 
+// straced runs a child workload under strace -f with the given -e
+// expression and hands the trace file to count before removing it.
+func (c checker) straced(godebug, expr string, count func(trace string) error, args ...string) (stdout, stderr []byte, err error) {
+	dir, err := os.MkdirTemp("", "edgepoll-check")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer os.RemoveAll(dir)
+	trace := filepath.Join(dir, "strace.out")
+	wrap := []string{"strace", "-f", "-qq", "-o", trace, "-e", expr}
+	if stdout, stderr, err = c.child(godebug, nil, wrap, args...); err != nil {
+		return nil, nil, err
+	}
+	return stdout, stderr, count(trace)
+}
+
 func (c checker) oneshot() error {
 	if _, err := exec.LookPath("strace"); err != nil {
 		return fmt.Errorf("the oneshot check needs strace: %v", err)
@@ -148,19 +164,11 @@ func (c checker) oneshot() error {
 		if on {
 			godebug = "netpolloneshot=1,netpollstats=1"
 		}
-		dir, err := os.MkdirTemp("", "edgepoll-check")
-		if err != nil {
+		var mods, parks int
+		_, stderr, err := c.straced(godebug, "trace=epoll_ctl,read,write,accept4,connect", func(trace string) (err error) {
+			mods, parks, err = countTrace(trace)
 			return err
-		}
-		trace := filepath.Join(dir, "strace.out")
-		wrap := []string{"strace", "-f", "-qq", "-o", trace, "-e", "trace=epoll_ctl,read,write,accept4,connect"}
-		_, stderr, err := c.child(godebug, nil, wrap, "pingpong", "-n", strconv.Itoa(c.rounds))
-		if err != nil {
-			os.RemoveAll(dir)
-			return err
-		}
-		mods, parks, err := countTrace(trace)
-		os.RemoveAll(dir)
+		}, "pingpong", "-n", strconv.Itoa(c.rounds))
 		if err != nil {
 			return err
 		}

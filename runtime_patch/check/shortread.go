@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -60,19 +59,11 @@ func (c checker) shortRead() error {
 		if on {
 			godebug = "netpollshortread=1,netpollstats=1"
 		}
-		dir, err := os.MkdirTemp("", "edgepoll-check")
-		if err != nil {
+		var counts syscallCounts
+		stdout, stderr, err := c.straced(godebug, "trace=read,write", func(trace string) (err error) {
+			counts, err = countCalls(trace)
 			return err
-		}
-		trace := filepath.Join(dir, "strace.out")
-		wrap := []string{"strace", "-f", "-qq", "-o", trace, "-e", "trace=read,write"}
-		stdout, stderr, err := c.child(godebug, nil, wrap, "shortread", "-n", strconv.Itoa(c.rounds))
-		if err != nil {
-			os.RemoveAll(dir)
-			return err
-		}
-		counts, err := countCalls(trace)
-		os.RemoveAll(dir)
+		}, "shortread", "-n", strconv.Itoa(c.rounds))
 		if err != nil {
 			return err
 		}
