@@ -366,6 +366,11 @@ func (d *desc) io(dr *dir, size int, op func() (int, error)) (int, error) {
 		if d.sticky.Load() == 0 {
 			dr.skips.Add(1)
 			if err := d.wait(dr); err != nil {
+				// wait fails (Close, deadline) without consuming an edge:
+				// one that came stays ready. So the direction is still
+				// known drained: net/http's background read, ended by a
+				// past deadline, must not spend the skip of the next Read.
+				dr.drained = true
 				return 0, err
 			}
 		}

@@ -167,6 +167,7 @@ type descModel struct {
 	// consumes the token if it retries and keeps it if it fails.
 	wokeByEdge bool
 	drained    [2]bool // the direction's last syscall was short (skip machines)
+	skipping   [2]bool // the operation skipped its first syscall and has made none yet
 	sticky     bool    // a sticky event was delivered
 	trace      strings.Builder
 }
@@ -319,6 +320,7 @@ func (md *descModel) advance(a byte) error {
 		}
 		if md.at&(opAtSyscall|opAtHook) != 0 {
 			md.drained[i] = false // past begin: io has taken the mark
+			md.skipping[i] = md.at == opAtHook
 		}
 		return nil
 	case md.at == opAtSyscall:
@@ -554,6 +556,15 @@ wait:
 	}
 	if got == opAtSyscall && md.m.skip {
 		md.ready[md.idx(md.dr)] = false // consumed just before the syscall
+	}
+	if got == opAtSyscall {
+		md.skipping[md.idx(md.dr)] = false
+	}
+	if got&(opClosed|opDeadline) != 0 && md.skipping[md.idx(md.dr)] {
+		// A skip that failed without a syscall consumed no edge: the
+		// direction stays drained.
+		md.skipping[md.idx(md.dr)] = false
+		md.drained[md.idx(md.dr)] = true
 	}
 	switch got {
 	case opAtSyscall, opAtHook:
