@@ -11,7 +11,7 @@ range: ratios within a round cancel the host's drift between rounds.
 import collections, re, statistics, sys
 
 METRICS = ("ns/op", "p50-ns", "p99-ns", "server-cpu-ns/op", "syscalls/op")
-CELL_KEYS = ("conns", "size", "rate", "load")  # the other labels describe the configuration
+CELL_KEYS = ("proto", "conns", "size", "rate", "load")  # the other labels describe the configuration
 
 
 def main(path, pairs):
