@@ -51,13 +51,14 @@
 // LevelTriggered registers EPOLLIN|EPOLLRDHUP once without EPOLLET: reads
 // never call epoll_ctl. Level EPOLLOUT would fire on every epoll_wait for an
 // idle writable socket, so it is armed (EPOLL_CTL_MOD) only while a writer is
-// parked. A level event repeats until its reader reads. A poller that gets
-// only repeats yields the P between polls so the readers run, and if they
-// go on for 10ms (a conn whose owner is not reading) it disarms those
-// readers until they park again; Stats count the disarms and the
-// EPOLL_CTL_MOD that re-arms. A nested poller parks only once a poll finds
-// nothing ready: the runtime would not wake it for an item epoll re-linked
-// after reporting it, nor for an EPOLL_CTL_MOD that re-arms a linked item.
+// parked. A level event repeats until its reader reads. A thread poller
+// (WaitBlock, WaitYield) that gets only repeats yields the P between polls
+// so the readers run, and if they go on for 10ms (a conn whose owner is not
+// reading) it disarms those readers until they park again; Stats count the
+// disarms and the EPOLL_CTL_MOD that re-arms. A nested poller is not woken
+// again for a level event still pending, so it never spins on one; for the
+// same reason it arms a parking operation with EPOLL_CTL_DEL and ADD, not
+// MOD, which would not wake it for an item epoll still has linked.
 //
 // # Pollers and sharing
 //

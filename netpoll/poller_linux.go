@@ -251,20 +251,6 @@ func (p *poller) runNested(f *os.File) {
 			if n == len(p.events) {
 				continue // more may be pending
 			}
-			if n > 0 && p.mode == LevelTriggered {
-				// Park only once a poll found the ready list empty. epoll
-				// re-links a level-triggered item in its ready list when it
-				// reports it, without a wakeup; an EPOLL_CTL_MOD on a linked
-				// item (a parking writer arming EPOLLOUT, a reader re-armed
-				// after levelGuard) makes no wakeup either, so no edge would
-				// reach the runtime's registration of our epoll fd, and an
-				// operation whose readiness came before its re-arm would
-				// wait for good (seen with a reader and with a writer under
-				// -race). The next poll unlinks what is no longer ready;
-				// levelGuard yields between polls that wake nobody. A
-				// poller in epoll_wait(-1) scans the ready list itself.
-				continue
-			}
 			if p.spinning(n) {
 				runtime.Gosched()
 				spun = true
@@ -509,7 +495,33 @@ func (p *poller) armForPark(d *desc, dr *dir) error {
 	if d.mode == LevelTriggered && d.armed.Load() == want {
 		return nil
 	}
+	if d.mode == LevelTriggered && p.wait == WaitNested {
+		return p.rearmLinked(d, want)
+	}
 	return p.modify(d, want)
+}
+
+// rearmLinked arms d for events with EPOLL_CTL_DEL and EPOLL_CTL_ADD in
+// place of one EPOLL_CTL_MOD, for a LevelTriggered descriptor of a nested
+// poller. epoll re-links a level-triggered item in its ready list when it
+// reports it, without a wakeup, and a MOD of a linked item makes no wakeup
+// either (ep_modify wakes only when it links), so when readiness came
+// before the re-arm (a writer's space, a disarmed reader's data) no edge
+// would reach the runtime's registration of our epoll fd and the parked
+// operation would wait for good (TestFaultDeadlineStorm/lt and
+// TestShortWrite/lt hung so under -race). The DEL unlinks; the ADD polls
+// and links and wakes if ready. A poller in epoll_wait(-1) scans the ready
+// list itself and needs no such care. Called with d.armMu held.
+func (p *poller) rearmLinked(d *desc, events uint32) error {
+	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, d.fd, nil); err != nil {
+		return os.NewSyscallError("epoll_ctl", err)
+	}
+	p.st.ctlDel.Add(1)
+	if err := p.add(d, events); err != nil {
+		return err
+	}
+	d.armed.Store(events)
+	return nil
 }
 
 // rearmAfterEvent runs on the poller after an event for d in OneShot or
