@@ -63,11 +63,15 @@ func (s Sharing) String() string {
 type Wait uint8
 
 const (
+	// WaitDefault, the zero value, is WaitNested, or WaitBlock with
+	// Sharing Exclusive: EPOLLEXCLUSIVE needs pollers asleep in their own
+	// epoll_wait (doc.go, "Pollers and sharing").
+	WaitDefault Wait = iota
 	// WaitNested parks the poller's epoll fd in the Go runtime's own
 	// netpoller: no OS thread is dedicated to the poller, and the goroutines
 	// it wakes run on the thread that woke it. The default; see poller_linux.go
 	// for the measurements behind that choice.
-	WaitNested Wait = iota
+	WaitNested
 	// WaitBlock dedicates a locked OS thread that blocks in epoll_wait(-1).
 	WaitBlock
 	// WaitYield polls with timeout 0 and yields the P while events keep
@@ -75,7 +79,7 @@ const (
 	WaitYield
 )
 
-var waitNames = [...]string{WaitNested: "nested", WaitBlock: "block", WaitYield: "yield"}
+var waitNames = [...]string{WaitDefault: "default", WaitNested: "nested", WaitBlock: "block", WaitYield: "yield"}
 
 // String returns the short name used in NETPOLL and in benchmark labels.
 func (w Wait) String() string {
@@ -215,7 +219,7 @@ func (c Config) validate() error {
 		return &ConfigError{"sharing", c.Sharing.String(), "want single, exclusive, wakeall or reuseport"}
 	}
 	if int(c.Wait) >= len(waitNames) {
-		return &ConfigError{"wait", c.Wait.String(), "want nested, block or yield"}
+		return &ConfigError{"wait", c.Wait.String(), "want default, nested, block or yield"}
 	}
 	if c.BusyPoll < 0 || c.BusyPoll > time.Duration(maxBusyPollUsecs)*time.Microsecond {
 		return &ConfigError{"busypoll", c.BusyPoll.String(), "want 0 (off) up to 2^31-1 microseconds"}
@@ -232,7 +236,7 @@ func (c Config) validate() error {
 	if c.Sharing == Exclusive && c.Wait == WaitNested {
 		// Measured: with 32 nested pollers every poller woke for each
 		// connection, as many wakeups as WakeAll.
-		return &ConfigError{"sharing", "exclusive", "needs wait=block or wait=yield: the kernel stops an EPOLLEXCLUSIVE wakeup only at an epoll instance with a thread asleep in epoll_wait, and nested pollers sleep in the runtime's epoll instead, so every poller would wake"}
+		return &ConfigError{"sharing", "exclusive", "needs wait=block or wait=yield (no wait key: exclusive defaults to block): the kernel stops an EPOLLEXCLUSIVE wakeup only at an epoll instance with a thread asleep in epoll_wait, and nested pollers sleep in the runtime's epoll instead, so every poller would wake"}
 	}
 	if c.Pollers < 0 || c.Pollers > MaxPollers {
 		return &ConfigError{"pollers", strconv.Itoa(c.Pollers), fmt.Sprintf("want 0 (default) to %d", MaxPollers)}
@@ -249,6 +253,17 @@ func (c Config) autoSpin() bool {
 // shortRead reports whether connections skip after short transfers.
 func (c Config) shortRead() bool {
 	return c.ShortRead == ShortReadOn || (c.ShortRead == ShortReadDefault && shortReadDefault)
+}
+
+// wait resolves WaitDefault: WaitBlock for Exclusive sharing, else WaitNested.
+func (c Config) wait() Wait {
+	switch {
+	case c.Wait != WaitDefault:
+		return c.Wait
+	case c.Sharing == Exclusive:
+		return WaitBlock
+	}
+	return WaitNested
 }
 
 func (c Config) pollers() int {
@@ -333,7 +348,7 @@ func (c *Config) set(k, v string) error {
 	case "wait":
 		i := indexOf(waitNames[:], v, nil)
 		if i < 0 {
-			return &ConfigError{k, v, "want nested, block or yield"}
+			return &ConfigError{k, v, "want nested, block, yield or default"}
 		}
 		c.Wait = Wait(i)
 	case "pollers":

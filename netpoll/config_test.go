@@ -17,6 +17,7 @@ func TestParseConfig(t *testing.T) {
 		{"mode=oneshot,pollers=2", netpoll.Config{Mode: netpoll.OneShot, Pollers: 2}},
 		{"mode=lt, spin=50us ,wait=block", netpoll.Config{Mode: netpoll.LevelTriggered, Spin: 50 * time.Microsecond, Wait: netpoll.WaitBlock}},
 		{"mode=edge,sharing=exclusive,spin=forever,wait=block", netpoll.Config{Sharing: netpoll.Exclusive, Spin: -1, Wait: netpoll.WaitBlock}},
+		{"pollers=8,sharing=exclusive", netpoll.Config{Pollers: 8, Sharing: netpoll.Exclusive}},
 		{"busypoll=50us", netpoll.Config{BusyPoll: 50 * time.Microsecond}},
 		{"spin=auto", netpoll.Config{SpinPolicy: netpoll.SpinAuto}},
 		{"spin=0", netpoll.Config{SpinPolicy: netpoll.SpinFixed}},
@@ -57,7 +58,7 @@ func TestParseConfigErrors(t *testing.T) {
 		{"colour=blue", "key", "colour"},
 		{"mode", "setting", "mode"},
 		{"mode=et,mode=lt", "mode", "lt"},
-		{"sharing=exclusive", "sharing", "exclusive"},
+		{"sharing=exclusive,wait=nested", "sharing", "exclusive"},
 		{"busypoll=-1us", "busypoll", "-1us"},
 		{"spin=Auto", "spin", "Auto"},
 	} {

@@ -85,7 +85,8 @@
 // nobody calls Accept. Connections keep the group's Mode.
 //
 // Exclusive needs pollers that sleep in their own epoll_wait (WaitBlock or
-// WaitYield); New refuses it with WaitNested. The kernel ends an exclusive
+// WaitYield): with no Config.Wait (NETPOLL without a wait key) it gets
+// WaitBlock, and New refuses it with WaitNested asked for. The kernel ends an exclusive
 // wakeup at the first epoll instance that has a thread asleep in
 // epoll_wait on it (ep_poll_callback sets ewake only then). A nested poller
 // sleeps in the runtime's epoll instead, so the wakeup walks on through

@@ -95,7 +95,7 @@ type pollerCounters struct {
 }
 
 func newPoller(id int, cfg Config) (_ *poller, err error) {
-	p := &poller{id: id, epfd: -1, evfd: -1, mode: cfg.Mode, wait: cfg.Wait, spin: cfg.Spin,
+	p := &poller{id: id, epfd: -1, evfd: -1, mode: cfg.Mode, wait: cfg.wait(), spin: cfg.Spin,
 		shortRead: cfg.shortRead(), stopped: make(chan struct{}), events: make([]unix.EpollEvent, pollBatch)}
 	defer func() {
 		if err != nil {

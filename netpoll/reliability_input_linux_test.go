@@ -26,7 +26,7 @@ func TestBadEnvKeys(t *testing.T) {
 		{"spin=often", "spin", "often"},
 		{"wait=sleep", "wait", "sleep"},
 		{"busypoll=-1us", "busypoll", "-1us"},
-		{"sharing=exclusive", "sharing", "exclusive"},
+		{"sharing=exclusive,wait=nested", "sharing", "exclusive"},
 		{"colour=blue", "key", "colour"},
 		{"mode", "setting", "mode"},
 		{"mode=et,mode=lt", "mode", "lt"},

@@ -126,12 +126,15 @@ func rusage(t *testing.T) syscall.Rusage {
 // into one: WakeAll's herd costs goroutine wakeups there, logged only.
 func TestSharingHerd(t *testing.T) {
 	const conns, pollers = 2000, 8
-	for _, wait := range []netpoll.Wait{netpoll.WaitNested, netpoll.WaitBlock} {
+	for _, wait := range []netpoll.Wait{netpoll.WaitNested, netpoll.WaitBlock, netpoll.WaitDefault} {
 		t.Run("wait="+wait.String(), func(t *testing.T) {
 			res := map[netpoll.Sharing]streamResult{}
 			for _, sh := range sharings {
 				if sh == netpoll.Exclusive && wait == netpoll.WaitNested {
 					continue // refused by New: see TestExclusiveNeedsSleepingPollers
+				}
+				if sh != netpoll.Exclusive && wait == netpoll.WaitDefault {
+					continue // the default is WaitNested there, run above
 				}
 				r := acceptStream(t, netpoll.Config{Pollers: pollers, Sharing: sh, Wait: wait}, conns)
 				res[sh] = r
@@ -333,14 +336,15 @@ func TestReusePortUnix(t *testing.T) {
 }
 
 // TestExclusiveNeedsSleepingPollers: New refuses Exclusive sharing with
-// nested pollers, saying why.
+// nested pollers asked for, saying why; with no wait strategy set it picks
+// WaitBlock.
 func TestExclusiveNeedsSleepingPollers(t *testing.T) {
-	_, err := netpoll.New(netpoll.Config{Pollers: 4, Sharing: netpoll.Exclusive})
+	_, err := netpoll.New(netpoll.Config{Pollers: 4, Sharing: netpoll.Exclusive, Wait: netpoll.WaitNested})
 	var ce *netpoll.ConfigError
 	if !errors.As(err, &ce) || ce.Key != "sharing" || !strings.Contains(ce.Reason, "epoll_wait") {
 		t.Fatalf("New(exclusive, nested) = %v; want a *ConfigError for sharing explaining epoll_wait", err)
 	}
-	for _, w := range []netpoll.Wait{netpoll.WaitBlock, netpoll.WaitYield} {
+	for _, w := range []netpoll.Wait{netpoll.WaitDefault, netpoll.WaitBlock, netpoll.WaitYield} {
 		g, err := netpoll.New(netpoll.Config{Pollers: 4, Sharing: netpoll.Exclusive, Wait: w})
 		if err != nil {
 			t.Fatalf("New(exclusive, wait=%s): %v", w, err)

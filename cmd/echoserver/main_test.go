@@ -139,7 +139,7 @@ func TestBadFlags(t *testing.T) {
 		{"-mode edgy", `"edgy"`},
 		{"-spin soon", `"soon"`},
 		{"-pollers -2", `"-2"`},
-		{"-sharing exclusive", "epoll_wait"},
+		{"-sharing exclusive -wait nested", "epoll_wait"},
 		{"-buf 0", "-buf 0"},
 		{"extra", "unexpected"},
 	} {
