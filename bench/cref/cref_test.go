@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/edgepoll/edgepoll/internal/testtool"
 )
 
 // watchdog bounds every wait: a server that hangs fails the test instead.
@@ -28,7 +30,10 @@ const watchdog = 30 * time.Second
 func binary(t *testing.T) string {
 	t.Helper()
 	path, err := Build(t.TempDir())
-	if errors.Is(err, ErrNoCompiler) || errors.Is(err, errors.ErrUnsupported) {
+	if errors.Is(err, ErrNoCompiler) {
+		testtool.Missing(t, "a C compiler", err)
+	}
+	if errors.Is(err, errors.ErrUnsupported) {
 		t.Skip(err)
 	}
 	if err != nil {
@@ -40,7 +45,10 @@ func binary(t *testing.T) string {
 func TestBuild(t *testing.T) {
 	dir := t.TempDir()
 	path, err := Build(dir)
-	if errors.Is(err, ErrNoCompiler) || errors.Is(err, errors.ErrUnsupported) {
+	if errors.Is(err, ErrNoCompiler) {
+		testtool.Missing(t, "a C compiler", err)
+	}
+	if errors.Is(err, errors.ErrUnsupported) {
 		t.Skip(err)
 	}
 	if err != nil {

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/edgepoll/edgepoll/internal/testtool"
 )
 
 // wrkStatus counts the responses that are not 2xx: wrk's own summary
@@ -43,7 +45,7 @@ end
 func TestWrk(t *testing.T) {
 	wrk, err := exec.LookPath("wrk")
 	if err != nil {
-		t.Skipf("wrk is not installed (apt-get install wrk): %v", err)
+		testtool.Missing(t, "wrk (apt-get install wrk)", err)
 	}
 	script := filepath.Join(t.TempDir(), "status.lua")
 	if err := os.WriteFile(script, []byte(wrkStatus), 0o644); err != nil {
