@@ -25,7 +25,8 @@ var sharings = []netpoll.Sharing{netpoll.Single, netpoll.Exclusive, netpoll.Wake
 
 // streamResult is what a stream of connections to a shared listener cost.
 type streamResult struct {
-	ctxsw   int64    // process context switches during the stream
+	ctxsw   int64    // voluntary context switches of the process during the stream
+	preempt int64    // involuntary ones: preemption by other load, not the herd
 	accepts []uint64 // per poller
 	stats   netpoll.PollerStats
 }
@@ -98,7 +99,10 @@ func acceptStream(t *testing.T, cfg netpoll.Config, conns int) streamResult {
 			t.Logf("poller %d: accepts %d wakeups %d empty %d hand-offs %d rotations %d epoll_wait %d", i, p.Accepts, p.Wakeups, p.EmptyWakeups, p.HandOffs, p.Rotations, p.EpollWaits)
 		}
 	}
-	r := streamResult{ctxsw: after.Nvcsw + after.Nivcsw - before.Nvcsw - before.Nivcsw, stats: s.Total}
+	// Logged only: switches follow the herd's wakeups but also count
+	// whatever else runs on the machine (go test runs packages in
+	// parallel), which made a comparison of them fail under load.
+	r := streamResult{ctxsw: after.Nvcsw - before.Nvcsw, preempt: after.Nivcsw - before.Nivcsw, stats: s.Total}
 	for _, p := range s.Pollers {
 		r.accepts = append(r.accepts, p.Accepts)
 	}
@@ -119,8 +123,11 @@ func rusage(t *testing.T) syscall.Rusage {
 // TestSharingHerd streams 2,000 connections to a listener shared by 8
 // pollers in every Sharing mode. Every connection is accepted exactly once,
 // and Exclusive and ReusePort keep every poller accepting, within a factor
-// of two of each other. With pollers on OS threads (WaitBlock), where the
-// herd is context switches, Exclusive costs less than half of WakeAll's.
+// of two of each other. With pollers on OS threads (WaitBlock), Exclusive
+// wakes pollers (blocking epoll_waits that return) less than half as often
+// as WakeAll, whose every connection wakes all 8. Context switches, the
+// herd's cost, are logged: they also count preemption by other load, and
+// compared they failed beside go test's parallel packages.
 // Nested pollers (no Exclusive there, see doc.go) are goroutines parked in
 // the runtime's one epoll instance, which merges the herd's thread wakeups
 // into one: WakeAll's herd costs goroutine wakeups there, logged only.
@@ -138,11 +145,13 @@ func TestSharingHerd(t *testing.T) {
 				}
 				r := acceptStream(t, netpoll.Config{Pollers: pollers, Sharing: sh, Wait: wait}, conns)
 				res[sh] = r
-				t.Logf("sharing=%s: %.2f ctxsw/accept, accepts per poller %v, %.2f epoll_wait/accept, %.2f eagain/accept, rotations %d, hand-offs %d",
-					sh, float64(r.ctxsw)/conns, r.accepts, float64(r.stats.EpollWaits)/conns, float64(r.stats.EAGAIN)/conns, r.stats.Rotations, r.stats.HandOffs)
+				t.Logf("sharing=%s: %.2f voluntary ctxsw/accept (%.2f involuntary), accepts per poller %v, %.2f epoll_wait/accept, %.2f eagain/accept, rotations %d, hand-offs %d, wakeups %.2f/accept (empty %.2f)",
+					sh, float64(r.ctxsw)/conns, float64(r.preempt)/conns, r.accepts, float64(r.stats.EpollWaits)/conns, float64(r.stats.EAGAIN)/conns, r.stats.Rotations, r.stats.HandOffs,
+					float64(r.stats.Wakeups)/conns, float64(r.stats.EmptyWakeups)/conns)
 			}
-			if ex, wa := res[netpoll.Exclusive], res[netpoll.WakeAll]; wait == netpoll.WaitBlock && 2*ex.ctxsw >= wa.ctxsw {
-				t.Errorf("exclusive: %d context switches, wakeall: %d; want exclusive < half", ex.ctxsw, wa.ctxsw)
+			if ex, wa := res[netpoll.Exclusive], res[netpoll.WakeAll]; wait == netpoll.WaitBlock && 2*ex.stats.Wakeups >= wa.stats.Wakeups {
+				t.Errorf("exclusive: %d poller wakeups, wakeall: %d; want exclusive < half (voluntary context switches %d, %d)",
+					ex.stats.Wakeups, wa.stats.Wakeups, ex.ctxsw, wa.ctxsw)
 			}
 			for _, sh := range []netpoll.Sharing{netpoll.Exclusive, netpoll.ReusePort} {
 				r, ok := res[sh]
