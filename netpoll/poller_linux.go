@@ -366,7 +366,7 @@ func (p *poller) levelGuard(evs []unix.EpollEvent, woke int) {
 		}
 		d.armMu.Lock()
 		if a := d.armed.Load(); a&unix.EPOLLIN != 0 && d.rd.state.Load() != stWaiting {
-			if p.modify(d, a&^(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLPRI)) == nil {
+			if p.modify(d, a&^readInterest(d)) == nil {
 				p.st.levelDisarms.Add(1)
 			}
 		}
@@ -436,11 +436,18 @@ func (p *poller) add(d *desc, events uint32) error {
 // arrives in between wakes another poller; one already queued is reported
 // again by the re-add, since epoll_ctl checks readiness when it adds.
 func (p *poller) requeue(d *desc, extra uint32) error {
+	return p.readd(d, registration(d)|extra)
+}
+
+// readd replaces d's registration with EPOLL_CTL_DEL and EPOLL_CTL_ADD of
+// events. Unlike a MOD, the ADD checks readiness and, if ready, links the
+// item in the ready list and wakes the instance's waiters.
+func (p *poller) readd(d *desc, events uint32) error {
 	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, d.fd, nil); err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
 	p.st.ctlDel.Add(1)
-	return p.add(d, registration(d)|extra)
+	return p.add(d, events)
 }
 
 // unregister removes d from epoll and the table and retires its counters.
@@ -496,32 +503,22 @@ func (p *poller) armForPark(d *desc, dr *dir) error {
 		return nil
 	}
 	if d.mode == LevelTriggered && p.wait == WaitNested {
-		return p.rearmLinked(d, want)
+		// DEL and ADD, not MOD. epoll re-links a level-triggered item in
+		// its ready list when it reports it, without a wakeup, and a MOD
+		// of a linked item makes no wakeup either (ep_modify wakes only
+		// when it links). So when readiness came before this re-arm (a
+		// writer's space, a disarmed reader's data) no edge would reach
+		// the runtime's registration of our epoll fd, and the park would
+		// last for good (TestFaultDeadlineStorm/lt and TestShortWrite/lt
+		// hung so under -race). A poller in epoll_wait(-1) scans the ready
+		// list itself and needs no such care.
+		if err := p.readd(d, want); err != nil {
+			return err
+		}
+		d.armed.Store(want)
+		return nil
 	}
 	return p.modify(d, want)
-}
-
-// rearmLinked arms d for events with EPOLL_CTL_DEL and EPOLL_CTL_ADD in
-// place of one EPOLL_CTL_MOD, for a LevelTriggered descriptor of a nested
-// poller. epoll re-links a level-triggered item in its ready list when it
-// reports it, without a wakeup, and a MOD of a linked item makes no wakeup
-// either (ep_modify wakes only when it links), so when readiness came
-// before the re-arm (a writer's space, a disarmed reader's data) no edge
-// would reach the runtime's registration of our epoll fd and the parked
-// operation would wait for good (TestFaultDeadlineStorm/lt and
-// TestShortWrite/lt hung so under -race). The DEL unlinks; the ADD polls
-// and links and wakes if ready. A poller in epoll_wait(-1) scans the ready
-// list itself and needs no such care. Called with d.armMu held.
-func (p *poller) rearmLinked(d *desc, events uint32) error {
-	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, d.fd, nil); err != nil {
-		return os.NewSyscallError("epoll_ctl", err)
-	}
-	p.st.ctlDel.Add(1)
-	if err := p.add(d, events); err != nil {
-		return err
-	}
-	d.armed.Store(events)
-	return nil
 }
 
 // rearmAfterEvent runs on the poller after an event for d in OneShot or
