@@ -256,6 +256,38 @@ func (c *Conn) SyscallConn() (syscall.RawConn, error) {
 	return rawConn{c.d}, nil
 }
 
+// File returns a duplicate of the connection's fd as an *os.File, as
+// package net's TCPConn.File does: closing either leaves the other open,
+// and options set through the file apply to this connection's socket.
+// Like SyscallConn's Control, it turns short-read skipping off for this
+// connection: code with the fd may set options that end reads early.
+func (c *Conn) File() (*os.File, error) {
+	var f *os.File
+	err := c.control("file", func(fd int) error {
+		c.d.exposeRaw()
+		var err error
+		f, err = dupFile(fd, c.network+":"+addrString(c.laddr)+"->"+addrString(c.raddr))
+		return err
+	})
+	return f, err
+}
+
+// dupFile duplicates fd, close-on-exec, into an *os.File called name.
+func dupFile(fd int, name string) (*os.File, error) {
+	nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, os.NewSyscallError("fcntl", err)
+	}
+	return os.NewFile(uintptr(nfd), name), nil
+}
+
+func addrString(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	return a.String()
+}
+
 func (c *Conn) opError(op string, err error) error {
 	return &net.OpError{Op: op, Net: c.network, Source: c.laddr, Addr: c.raddr, Err: err}
 }

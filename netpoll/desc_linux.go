@@ -361,6 +361,12 @@ func (d *desc) end(dr *dir) {
 // consumed edge would leave parked for good.
 func (d *desc) io(dr *dir, size int, op func() (int, error)) (int, error) {
 	stream := size > 0 && d.skip
+	if !stream {
+		// Whatever op does (a splice from this socket, a sendfile into
+		// it) may consume what a short read left drained, and its waits
+		// consume edges: the next stream operation makes its syscall.
+		dr.drained = false
+	}
 	if stream && dr.drained {
 		dr.drained = false
 		if d.sticky.Load() == 0 {

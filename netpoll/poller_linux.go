@@ -92,6 +92,10 @@ type pollerCounters struct {
 	acceptBackoffs atomic.Uint64 // accept back-offs while out of fds or memory
 	rotations      atomic.Uint64 // Exclusive listener registrations re-queued
 	handOffs       atomic.Uint64 // accept edges handed to this poller's acceptor
+	sendfiles      atomic.Uint64 // sendfile calls (Conn.ReadFrom)
+	sendfileBytes  atomic.Uint64 // bytes they sent
+	splices        atomic.Uint64 // splice calls, into and out of the pipe (ReadFrom, WriteTo)
+	spliceBytes    atomic.Uint64 // bytes spliced out to the destination
 }
 
 func newPoller(id int, cfg Config) (_ *poller, err error) {
@@ -572,6 +576,10 @@ func (p *poller) stats() PollerStats {
 		AcceptBackoffs: p.st.acceptBackoffs.Load(),
 		Rotations:      p.st.rotations.Load(),
 		HandOffs:       p.st.handOffs.Load(),
+		Sendfiles:      p.st.sendfiles.Load(),
+		SendfileBytes:  p.st.sendfileBytes.Load(),
+		Splices:        p.st.splices.Load(),
+		SpliceBytes:    p.st.spliceBytes.Load(),
 	}
 	c, live := p.table.counters()
 	c.into(&s)

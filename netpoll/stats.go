@@ -34,6 +34,14 @@ type PollerStats struct {
 	AcceptBackoffs uint64 // accept back-offs while out of fds or memory
 	Rotations      uint64 // Exclusive listener registrations re-queued for balance
 	HandOffs       uint64 // accept edges handed to this poller for balance
+
+	// Zero copy (Conn.ReadFrom, Conn.WriteTo), counted on the poller of
+	// the Conn whose method ran.
+	Sendfiles     uint64 // sendfile calls
+	SendfileBytes uint64 // bytes they sent
+	Splices       uint64 // splice calls, into and out of the pipe
+	SpliceBytes   uint64 // bytes spliced to the destination
+
 	Descriptors    uint64 // conns and listener registrations on this poller now
 }
 
@@ -77,6 +85,10 @@ func (s *PollerStats) add(o *PollerStats) {
 	s.AcceptBackoffs += o.AcceptBackoffs
 	s.Rotations += o.Rotations
 	s.HandOffs += o.HandOffs
+	s.Sendfiles += o.Sendfiles
+	s.SendfileBytes += o.SendfileBytes
+	s.Splices += o.Splices
+	s.SpliceBytes += o.SpliceBytes
 	s.Descriptors += o.Descriptors
 }
 
