@@ -42,7 +42,7 @@ type PollerStats struct {
 	Splices       uint64 // splice calls, into and out of the pipe
 	SpliceBytes   uint64 // bytes spliced to the destination
 
-	Descriptors    uint64 // conns and listener registrations on this poller now
+	Descriptors uint64 // conns and listener registrations on this poller now
 }
 
 // Stats is a snapshot of a group's counters, per poller and summed.

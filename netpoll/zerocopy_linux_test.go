@@ -3,9 +3,9 @@ package netpoll_test
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -22,8 +22,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/edgepoll/edgepoll/netpoll"
 	"github.com/edgepoll/edgepoll/internal/testtool"
+	"github.com/edgepoll/edgepoll/netpoll"
 )
 
 const (
@@ -261,13 +261,13 @@ func connPair(t testing.TB, g *netpoll.Group, l net.Listener, ours bool) (client
 // conns in every mode, 8 MiB for the other shapes.
 func TestSpliceProxy(t *testing.T) {
 	type shape struct {
-		name      string
-		network   string
-		size      int
-		srcOurs   bool // the proxy's reading end
-		dstOurs   bool // the proxy's writing end
-		limit     bool // io.LimitedReader around the source, cut at size
-		readFrom  bool // call the destination's ReadFrom instead of io.Copy
+		name     string
+		network  string
+		size     int
+		srcOurs  bool // the proxy's reading end
+		dstOurs  bool // the proxy's writing end
+		limit    bool // io.LimitedReader around the source, cut at size
+		readFrom bool // call the destination's ReadFrom instead of io.Copy
 	}
 	shapes := []shape{
 		{name: "ours-ours", network: "tcp", size: 64 * mib, srcOurs: true, dstOurs: true},

@@ -17,10 +17,13 @@ type message struct {
 	Message string `json:"message"`
 }
 
-func newHandler() http.Handler {
+func newHandler(files string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /plaintext", plaintext)
 	mux.HandleFunc("GET /json", jsonHello)
+	if files != "" {
+		mux.Handle("GET /files/", http.StripPrefix("/files/", http.FileServer(http.Dir(files))))
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Server", serverName)
 		mux.ServeHTTP(w, r)

@@ -58,6 +58,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	useTLS := fs.Bool("tls", false, "serve HTTPS, HTTP/2 or HTTP/1.1 by ALPN, with a self-signed certificate made at start")
 	certOut := fs.String("certout", "", "with -tls, write the certificate (PEM) to this file for clients to trust")
 	debugAddr := fs.String("debug", "", "serve pprof and /stats on this address, with package net (empty: off)")
+	files := fs.String("files", "", "serve this directory under GET /files/ with http.FileServer (empty: off)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -66,6 +67,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *certOut != "" && !*useTLS {
 		return fmt.Errorf("bad -certout %q: needs -tls", *certOut)
+	}
+	if *files != "" {
+		if st, err := os.Stat(*files); err != nil || !st.IsDir() {
+			return fmt.Errorf("bad -files %q: not a directory (%v)", *files, err)
+		}
 	}
 	s, err := f.Listen(stderr)
 	if err != nil {
@@ -80,7 +86,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	servers := []*http.Server{{Handler: newHandler(), ErrorLog: errorLog}}
+	servers := []*http.Server{{Handler: newHandler(*files), ErrorLog: errorLog}}
 	listeners := []net.Listener{l}
 	if *debugAddr != "" {
 		dl, err := net.Listen("tcp", *debugAddr)

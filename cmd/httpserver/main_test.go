@@ -188,6 +188,36 @@ func TestLifetime(t *testing.T) {
 	}
 }
 
+// TestFiles serves a directory with -files, with and without zero copy,
+// and checks a 4 MiB file arrives whole.
+func TestFiles(t *testing.T) {
+	dir := t.TempDir()
+	data := make([]byte, 4<<20)
+	for i := range data {
+		data[i] = byte(i * 7 / 5)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "f.bin"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range impls {
+		for _, zc := range []string{"-zerocopy=true", "-zerocopy=false"} {
+			t.Run(tt.name+"/"+zc, func(t *testing.T) {
+				checkLeaks(t)
+				s := start(t, append(tt.args, "-files", dir, zc)...)
+				c := newClient(t, nil, false)
+				for range 2 {
+					c.expect(t, "http://"+s.addr+"/files/f.bin", http.StatusOK, "application/octet-stream", string(data))
+				}
+				c.expect(t, "http://"+s.addr+"/files/none", http.StatusNotFound, "", "")
+				c.CloseIdleConnections()
+				if err := s.stop(t); err != nil {
+					t.Errorf("serve: %v", err)
+				}
+			})
+		}
+	}
+}
+
 func TestBadFlags(t *testing.T) {
 	checkLeaks(t)
 	dir := t.TempDir()
@@ -204,6 +234,7 @@ func TestBadFlags(t *testing.T) {
 		{"certout without tls", []string{"-certout", "c.pem"}, `-certout "c.pem"`},
 		{"certout unwritable", []string{"-tls", "-certout", filepath.Join(dir, "none", "c.pem")}, "-certout"},
 		{"debug", []string{"-debug", "127.0.0.1:bad"}, `-debug "127.0.0.1:bad"`},
+		{"files", []string{"-files", filepath.Join(dir, "none")}, "-files"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

@@ -32,6 +32,7 @@ type Flags struct {
 	Lifetime   time.Duration
 	CPUProfile string
 	Stats      bool
+	ZeroCopy   bool
 }
 
 // Register adds the common flags to fs.
@@ -48,6 +49,7 @@ func (f *Flags) Register(fs *flag.FlagSet, defaultAddr string) {
 	fs.DurationVar(&f.Lifetime, "lifetime", 0, "exit after this long (0: run until interrupted)")
 	fs.StringVar(&f.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.BoolVar(&f.Stats, "stats", false, "print the netpoll group's counters to stderr on exit")
+	fs.BoolVar(&f.ZeroCopy, "zerocopy", true, "false hides the connections' ReadFrom and WriteTo, so io.Copy, http.FileServer and proxies copy through user space instead of sendfile and splice (netpoll as it was before them)")
 }
 
 // Config returns the netpoll Config the flags describe, through
@@ -63,6 +65,13 @@ func (f *Flags) Config() (netpoll.Config, error) {
 
 // Label is the configuration as key=value benchmark labels.
 func (f *Flags) Label() string {
+	if !f.ZeroCopy {
+		return f.label() + "/zerocopy=off"
+	}
+	return f.label()
+}
+
+func (f *Flags) label() string {
 	if f.Impl == "net" {
 		return "impl=net"
 	}
@@ -105,6 +114,9 @@ func (f *Flags) Listen(stderr io.Writer) (*Server, error) {
 	if err != nil {
 		s.Close()
 		return nil, err
+	}
+	if !f.ZeroCopy {
+		s.Listener = copyListener{s.Listener}
 	}
 	if f.CPUProfile != "" {
 		if s.profile, err = os.Create(f.CPUProfile); err == nil {
@@ -169,8 +181,38 @@ func PrintStats(w io.Writer, st netpoll.Stats) {
 	t := st.Total
 	fmt.Fprintf(w, "netpoll stats: epoll-waits=%d blocking-waits=%d wakeups=%d empty-wakeups=%d events=%d "+
 		"spin-polls=%d spin-hits=%d spin-decisions=%d spin-found=%d spin-gave-up=%d spin-time=%v "+
-		"wake-cost=%v spin-budget=%v block-cost=%v read-parks=%d write-parks=%d eagain=%d short-skips=%d\n",
+		"wake-cost=%v spin-budget=%v block-cost=%v read-parks=%d write-parks=%d eagain=%d short-skips=%d "+
+		"sendfiles=%d sendfile-bytes=%d splices=%d splice-bytes=%d\n",
 		t.EpollWaits, t.BlockingWaits, t.Wakeups, t.EmptyWakeups, t.Events,
 		t.SpinPolls, t.SpinHits, t.SpinDecisions, t.SpinFound, t.SpinGaveUp, t.SpinTime,
-		st.WakeCost, st.SpinBudget, t.BlockCost, t.ReadParks, t.WriteParks, t.EAGAIN, t.ShortSkips)
+		st.WakeCost, st.SpinBudget, t.BlockCost, t.ReadParks, t.WriteParks, t.EAGAIN, t.ShortSkips,
+		t.Sendfiles, t.SendfileBytes, t.Splices, t.SpliceBytes)
+}
+
+// copyListener accepts connections that show only net.Conn's methods, so
+// io.Copy and net/http find no ReadFrom or WriteTo and copy through a
+// buffer (-zerocopy=false).
+type copyListener struct{ net.Listener }
+
+func (l copyListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return CopyOnly(c), nil
+}
+
+// CopyOnly hides c's ReadFrom and WriteTo, and every other method but
+// net.Conn's and CloseWrite.
+func CopyOnly(c net.Conn) net.Conn { return copyConn{c} }
+
+type copyConn struct{ net.Conn }
+
+// CloseWrite half-closes c as TCPConn's and Conn's do, for proxies and
+// net/http.
+func (c copyConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return fmt.Errorf("%T has no CloseWrite", c.Conn)
 }
