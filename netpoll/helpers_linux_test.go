@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -78,6 +79,18 @@ func watchdog(t testing.TB, d time.Duration) (done func(), expired <-chan struct
 		}
 	}()
 	return func() { close(stop) }, exp
+}
+
+// missing ends t because tool is unavailable: t.Fatal when the CI
+// environment variable is set (.ci/run installs every such tool), t.Skip
+// otherwise. It is the root module's internal/testtool.Missing, which
+// this module cannot import.
+func missing(t testing.TB, tool string, err error) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s is missing and CI is set (.ci/run installs it): %v", tool, err)
+	}
+	t.Skipf("%s is missing (CI would fail here): %v", tool, err)
 }
 
 func errorsIs(err, target error) bool { return errors.Is(err, target) }

@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/nettest"
-
 	"github.com/edgepoll/edgepoll/netpoll"
 )
 
@@ -168,8 +166,8 @@ func TestSharingHerd(t *testing.T) {
 	}
 }
 
-// TestSharingConformance: every Sharing mode serves nettest.TestConn and
-// the http.Server test.
+// TestSharingConformance: every Sharing mode serves the http.Server test
+// (dropin.TestSharingNetConn runs nettest's suite on each).
 func TestSharingConformance(t *testing.T) {
 	for _, sh := range sharings {
 		t.Run(fmt.Sprintf("sharing=%s", sh), func(t *testing.T) {
@@ -177,10 +175,6 @@ func TestSharingConformance(t *testing.T) {
 			if sh == netpoll.Exclusive {
 				cfg.Wait = netpoll.WaitBlock
 			}
-			t.Run("nettest", func(t *testing.T) {
-				g := newGroup(t, cfg)
-				nettest.TestConn(t, makePipe(t, g, "tcp"))
-			})
 			t.Run("http", func(t *testing.T) {
 				g := newGroup(t, cfg)
 				l := listen(t, g, "tcp")

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -22,7 +21,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/edgepoll/edgepoll/internal/testtool"
 	"github.com/edgepoll/edgepoll/netpoll"
 )
 
@@ -30,14 +28,6 @@ const (
 	kib = 1 << 10
 	mib = 1 << 20
 )
-
-// payload returns n reproducible pseudo-random bytes.
-func payload(n int, seed uint64) []byte {
-	b := make([]byte, n)
-	r := rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8), 1})
-	r.Read(b)
-	return b
-}
 
 // writeFile writes b to a new file in t's temp dir and returns its path.
 func writeFile(t testing.TB, name string, b []byte) string {
@@ -105,7 +95,7 @@ const sniffLen = 512
 // first 512 bytes went by sendfile, counted by Stats.
 func TestFileServerSendfile(t *testing.T) {
 	for _, size := range []int{1 * mib, 64 * mib} {
-		data := payload(size, uint64(size))
+		data := randomBytes(size, uint64(size))
 		want := sha256.Sum256(data)
 		path := writeFile(t, "payload.bin", data)
 		for _, mode := range modes {
@@ -144,10 +134,10 @@ func TestFileServerSendfileKernel(t *testing.T) {
 	}
 	strace, err := exec.LookPath("strace")
 	if err != nil {
-		testtool.Missing(t, "strace", err)
+		missing(t, "strace", err)
 	}
 	const size = 64 * mib
-	path := writeFile(t, "payload.bin", payload(size, 7))
+	path := writeFile(t, "payload.bin", randomBytes(size, 7))
 	trace := filepath.Join(t.TempDir(), "strace.out")
 	// -ff: one file per thread, so no call is split across lines.
 	cmd := exec.Command(strace, "-ff", "-qq", "-e", "trace=sendfile", "-o", trace,
@@ -309,7 +299,7 @@ func TestSpliceProxy(t *testing.T) {
 					// dst must be net's: stdPipe dialed with net and accepted ours.
 					receiver, dst = dst, receiver
 				}
-				data := payload(sh.size, 3)
+				data := randomBytes(sh.size, 3)
 				extra := []byte("after the limit")
 				go func() {
 					sender.Write(data)
@@ -399,7 +389,7 @@ func parkedOp(t *testing.T, c net.Conn, dir string, stop <-chan struct{}, op fun
 // a splice (the source is empty), then releases each with Close and with a
 // deadline, and checks the error each returns.
 func TestZeroCopyParkedRelease(t *testing.T) {
-	path := writeFile(t, "big.bin", payload(64*mib, 5))
+	path := writeFile(t, "big.bin", randomBytes(64*mib, 5))
 	for _, mode := range modes {
 		for _, how := range []string{"close", "deadline"} {
 			for _, kind := range []string{"sendfile", "splice-src", "splice-dst"} {
@@ -425,7 +415,7 @@ func TestZeroCopyParkedRelease(t *testing.T) {
 						op = func() (int64, error) { return c.(io.WriterTo).WriteTo(sink) }
 					case "splice-dst": // c's peer does not read
 						src, feeder := pipe(t, g, l)
-						go func() { feeder.Write(payload(64*mib, 6)) }()
+						go func() { feeder.Write(randomBytes(64*mib, 6)) }()
 						op = func() (int64, error) { return c.(io.ReaderFrom).ReadFrom(src) }
 					}
 					res := parkedOp(t, c, parkDir, expired, op)
@@ -466,7 +456,7 @@ func TestReadFromFallback(t *testing.T) {
 	g := newGroup(t, netpoll.Config{})
 	l := listen(t, g, "tcp")
 	client, server := pipe(t, g, l)
-	data := payload(3*mib, 9)
+	data := randomBytes(3*mib, 9)
 	path := writeFile(t, "f.bin", data)
 
 	recv := func(n int) []byte {
@@ -554,7 +544,7 @@ func TestSpliceAfterShortRead(t *testing.T) {
 				return sink.(io.ReaderFrom).ReadFrom(&io.LimitedReader{R: server, N: limit})
 			})
 			tail := []byte("the tail")
-			client.Write(append(payload(limit, 1), tail...))
+			client.Write(append(randomBytes(limit, 1), tail...))
 			if err := <-res; err != nil {
 				t.Fatalf("splice: %v", err)
 			}

@@ -1,10 +1,9 @@
-package netpoll_test
+package dropin_test
 
 import (
 	"context"
 	"fmt"
 	"net"
-	"path/filepath"
 	"testing"
 
 	"golang.org/x/net/nettest"
@@ -25,13 +24,19 @@ func TestNetConn(t *testing.T) {
 	}
 }
 
+// TestSharingNetConn runs the suite on every Sharing mode.
+func TestSharingNetConn(t *testing.T) {
+	for _, sh := range []netpoll.Sharing{netpoll.Single, netpoll.Exclusive, netpoll.WakeAll, netpoll.ReusePort} {
+		t.Run(fmt.Sprintf("sharing=%s", sh), func(t *testing.T) {
+			g := newGroup(t, netpoll.Config{Pollers: 3, Sharing: sh})
+			nettest.TestConn(t, makePipe(t, g, "tcp"))
+		})
+	}
+}
+
 func makePipe(t *testing.T, g *netpoll.Group, network string) nettest.MakePipe {
 	return func() (c1, c2 net.Conn, stop func(), err error) {
-		addr := "127.0.0.1:0"
-		if network == "unix" {
-			addr = filepath.Join(t.TempDir(), "s")
-		}
-		l, err := g.Listen(context.Background(), network, addr)
+		l, err := g.Listen(context.Background(), network, localAddr(t, network))
 		if err != nil {
 			return nil, nil, nil, err
 		}

@@ -1,4 +1,4 @@
-package netpoll_test
+package dropin_test
 
 import (
 	"bytes"
