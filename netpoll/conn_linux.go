@@ -261,6 +261,9 @@ func (c *Conn) SyscallConn() (syscall.RawConn, error) {
 // and options set through the file apply to this connection's socket.
 // Like SyscallConn's Control, it turns short-read skipping off for this
 // connection: code with the fd may set options that end reads early.
+// The two share the socket's file status flags: the file's Fd method puts
+// the socket in blocking mode for the Conn too (a Read would then block a
+// thread), as with package net; use the file's SyscallConn instead.
 func (c *Conn) File() (*os.File, error) {
 	var f *os.File
 	err := c.control("file", func(fd int) error {

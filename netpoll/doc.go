@@ -8,6 +8,18 @@
 // http.Server.Serve, tls.NewListener or a gRPC server; use the conn as any
 // net.Conn.
 //
+// They have the rest of *net.TCPConn's and *net.TCPListener's surface that
+// code type-asserts for. Conn.ReadFrom sends a file with sendfile(2) and
+// splices from a stream socket (this package's or package net's) through a
+// pipe; Conn.WriteTo splices to one; so io.Copy, http.FileServer and
+// http.ServeContent move bytes inside the kernel, parked through the
+// conn's poller with deadlines and Close applying. One gap against net:
+// io.Copy from a *net.TCPConn to a Conn calls net's WriteTo, which hands
+// ReadFrom a wrapper only package net can see through, so it copies; call
+// the Conn's ReadFrom directly to splice. Conn.File and Listener.File
+// return a dup, SyscallConn the raw fd, and Listener.SetDeadline bounds
+// Accept.
+//
 //	l, err := netpoll.Listen("tcp", ":8080") // the default group, configured by NETPOLL
 //	...
 //	http.Serve(l, handler)

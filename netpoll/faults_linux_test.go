@@ -31,8 +31,20 @@ type bystander struct{ c net.Conn }
 func newBystander(t *testing.T, g *netpoll.Group, l net.Listener) *bystander {
 	t.Helper()
 	client, server := pipe(t, g, l)
-	go io.Copy(server, server) // echo until the test's cleanup closes it
-	return &bystander{client}
+	// Echo until the test's cleanup closes it: io.Copy splices, through a
+	// pipe that stays open as long as the echo runs.
+	echoed := make(chan struct{})
+	go func() {
+		io.Copy(server, server)
+		close(echoed)
+	}()
+	t.Cleanup(func() {
+		server.Close()
+		<-echoed // its pipe is closed: the next test's fd count holds
+	})
+	b := &bystander{client}
+	b.check(t, "before the test") // the pipe is open: fd counts from here hold
+	return b
 }
 
 // check makes eight 1 KiB round trips on the bystander.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -20,6 +21,10 @@ import (
 // registration. With Exclusive, WakeAll or ReusePort, each registration (one
 // per poller) has an acceptor goroutine that accepts on its own poller,
 // registers the new connection on that poller and hands it to Accept.
+//
+// Like *net.TCPListener it has SetDeadline, SyscallConn and File; the last
+// two see every socket of a shared listener and say where sharing limits
+// them.
 type Listener struct {
 	g       *Group
 	network string
@@ -35,6 +40,15 @@ type Listener struct {
 
 	closeOnce sync.Once
 	closed    chan struct{} // closed when Close begins: ends back-offs and hand-offs
+
+	// deadline is Accept's deadline, one immutable value at a time:
+	// SetDeadline swaps in a new one and closes the old one's changed,
+	// which wakes whoever waits with the old value (a shared listener's
+	// Accept, Single's EMFILE back-off). Single's parked Accept reads its
+	// copy in ds[0].rd instead. dlMu serializes SetDeadline so that the two
+	// agree; nothing else takes it. Acceptors never see the deadline.
+	dlMu     sync.Mutex
+	deadline atomic.Pointer[acceptDeadline]
 }
 
 type acceptResult struct {
@@ -42,7 +56,25 @@ type acceptResult struct {
 	err error
 }
 
-var _ net.Listener = (*Listener)(nil)
+// acceptDeadline is one value of a Listener's deadline.
+type acceptDeadline struct {
+	ns      int64         // unix nanoseconds, as dir.deadline; 0 means none
+	changed chan struct{} // closed when SetDeadline replaces this value
+}
+
+var (
+	_ net.Listener = (*Listener)(nil)
+	_ syscall.Conn = (*Listener)(nil)
+)
+
+// ErrSharedListener is wrapped by the errors of what a listener shared by
+// pollers (Sharing Exclusive, WakeAll, ReusePort) cannot do: a raw Read or
+// Write, and File of a ReusePort listener with more than one socket. It
+// wraps errors.ErrUnsupported.
+var ErrSharedListener = fmt.Errorf("netpoll: not supported on a listener shared by pollers: %w", errors.ErrUnsupported)
+
+// errRawShared is what a shared listener's raw Read and Write return.
+var errRawShared = fmt.Errorf("raw Read and Write: the acceptor goroutines own the readiness of its sockets: %w", ErrSharedListener)
 
 // Accept backs off this long, doubling up to acceptBackoffMax, while the
 // process or system is out of fds or memory (EMFILE, ENFILE, ENOBUFS,
@@ -66,6 +98,7 @@ func (g *Group) listen(ctx context.Context, network, address string) (*Listener,
 	}
 	ep := eps[0]
 	l := &Listener{g: g, network: network, sharing: sharing, fd: -1, closed: make(chan struct{})}
+	l.deadline.Store(&acceptDeadline{changed: make(chan struct{})})
 	if err := l.open(ep); err != nil {
 		l.closeRegistrations()
 		return nil, &net.OpError{Op: "listen", Net: network, Addr: ep.addr, Err: err}
@@ -208,23 +241,71 @@ func listenSocket(network string, ep endpoint, reusePort bool) (fd int, err erro
 	return fd, nil
 }
 
-// Accept waits for and returns the next connection.
+// Accept waits for and returns the next connection. It fails with an error
+// wrapping os.ErrDeadlineExceeded once the deadline (SetDeadline) has
+// passed, and with one wrapping net.ErrClosed after Close.
 func (l *Listener) Accept() (net.Conn, error) {
 	if l.sharing == Single {
-		c, err := l.acceptOn(l.ds[0], l.g.pick(), nil)
+		c, err := l.acceptOn(l.ds[0], l.g.pick(), nil, true)
 		if err != nil {
-			return nil, l.opError(err)
+			return nil, l.opError("accept", err)
 		}
 		return c, nil
 	}
-	select {
-	case r := <-l.conns:
-		if r.err != nil {
-			return nil, l.opError(r.err)
+	if l.isClosed() {
+		return nil, l.opError("accept", net.ErrClosed)
+	}
+	// A connection an acceptor holds when this fails stays with it, for
+	// the next Accept (or for Close to close).
+	r, err := receive(l, l.conns, true)
+	if err == nil {
+		err = r.err
+	}
+	if err != nil {
+		return nil, l.opError("accept", err)
+	}
+	return r.c, nil
+}
+
+// receive waits for a value from ch. It fails with net.ErrClosed once l
+// closes and, if timed, with os.ErrDeadlineExceeded once l's deadline has
+// passed; a deadline SetDeadline changes meanwhile applies at once.
+func receive[T any](l *Listener, ch <-chan T, timed bool) (v T, err error) {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
 		}
-		return r.c, nil
-	case <-l.closed:
-		return nil, l.opError(net.ErrClosed)
+	}()
+	for {
+		var expire <-chan time.Time
+		var changed <-chan struct{}
+		if timed {
+			dl := l.deadline.Load()
+			changed = dl.changed
+			if dl.ns != 0 {
+				left := time.Duration(dl.ns - time.Now().UnixNano())
+				if left <= 0 {
+					return v, os.ErrDeadlineExceeded
+				}
+				if timer == nil {
+					timer = time.NewTimer(left)
+				} else {
+					timer.Reset(left)
+				}
+				expire = timer.C
+			}
+		}
+		select {
+		case v = <-ch:
+			return v, nil
+		case <-l.closed:
+			return v, net.ErrClosed
+		case <-expire:
+			return v, os.ErrDeadlineExceeded
+		case <-changed:
+			// Loop to read the new deadline.
+		}
 	}
 }
 
@@ -235,7 +316,7 @@ func (l *Listener) acceptor(i int) {
 	d := l.ds[i]
 	gate := func() bool { return l.balance(i) }
 	for {
-		c, err := l.acceptOn(d, d.p, gate)
+		c, err := l.acceptOn(d, d.p, gate, false)
 		if errors.Is(err, net.ErrClosed) {
 			return
 		}
@@ -260,7 +341,9 @@ var errHandedOff = errors.New("accept handed off")
 // acceptOn accepts one connection on d, parking on d's poller, retrying
 // ECONNABORTED and backing off while out of fds, and registers it on p.
 // gate, if not nil, runs before each accept4: false means park instead.
-func (l *Listener) acceptOn(d *desc, p *poller, gate func() bool) (*Conn, error) {
+// timed says the listener's deadline applies (Accept in Single mode, where
+// d.rd holds it too); acceptors keep accepting whatever the deadline.
+func (l *Listener) acceptOn(d *desc, p *poller, gate func() bool, timed bool) (*Conn, error) {
 	if err := d.begin(&d.rd); err != nil {
 		return nil, err
 	}
@@ -287,11 +370,10 @@ func (l *Listener) acceptOn(d *desc, p *poller, gate func() bool) (*Conn, error)
 			backoff = min(max(2*backoff, acceptBackoffMin), acceptBackoffMax)
 			d.p.st.acceptBackoffs.Add(1)
 			t := time.NewTimer(backoff)
-			select {
-			case <-t.C:
-			case <-l.closed:
-				t.Stop()
-				return nil, net.ErrClosed
+			_, err := receive(l, t.C, timed)
+			t.Stop()
+			if err != nil {
+				return nil, err
 			}
 		default:
 			return nil, syscallErr("accept4", err)
@@ -378,7 +460,7 @@ func (l *Listener) Close() error {
 		close(l.closed)
 	})
 	if !first {
-		return l.opError(net.ErrClosed)
+		return l.opError("close", net.ErrClosed)
 	}
 	l.closeRegistrations()
 	if l.unlink != "" {
@@ -406,8 +488,44 @@ func (l *Listener) closeRegistrations() {
 // Addr returns the listener's address: *net.TCPAddr or *net.UnixAddr.
 func (l *Listener) Addr() net.Addr { return l.addr }
 
-func (l *Listener) opError(err error) error {
-	return &net.OpError{Op: "accept", Net: l.network, Addr: l.addr, Err: err}
+// SetDeadline sets the deadline for Accept, including Accepts blocked now:
+// once t has passed they fail with an error wrapping os.ErrDeadlineExceeded.
+// The zero time clears it. In every Sharing mode a connection an acceptor
+// goroutine has already taken is kept for the next Accept, not lost; the
+// acceptors themselves keep accepting whatever the deadline.
+func (l *Listener) SetDeadline(t time.Time) error {
+	if l.isClosed() {
+		return l.opError("set", net.ErrClosed)
+	}
+	var ns int64
+	if !t.IsZero() {
+		ns = max(t.UnixNano(), 1) // before 1970: long past, and not "none"
+	}
+	l.dlMu.Lock()
+	defer l.dlMu.Unlock()
+	if l.sharing == Single {
+		// Accept parks on ds[0].rd; a raw Read or Write on ds[0]'s
+		// directions sees the deadline as it does on a net.TCPListener.
+		l.ds[0].rd.setDeadline(t)
+		l.ds[0].wr.setDeadline(t)
+	}
+	old := l.deadline.Swap(&acceptDeadline{ns: ns, changed: make(chan struct{})})
+	close(old.changed)
+	return nil
+}
+
+// isClosed reports whether Close has begun.
+func (l *Listener) isClosed() bool {
+	select {
+	case <-l.closed:
+		return true
+	default:
+		return false
+	}
+}
+
+func (l *Listener) opError(op string, err error) error {
+	return &net.OpError{Op: op, Net: l.network, Addr: l.addr, Err: err}
 }
 
 // newConn registers an accepted or connected fd on p and wraps it. On

@@ -576,15 +576,26 @@ func TestConnFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if int(f.Fd()) == netpoll.FD(server) {
-		t.Fatal("File returned the connection's own fd")
-	}
 	if !strings.HasPrefix(f.Name(), "tcp:127.0.0.1:") || !strings.Contains(f.Name(), "->127.0.0.1:") {
 		t.Errorf("File name %q", f.Name())
 	}
-	// The same socket: an option set through the file reads back on the conn.
-	if err := unix.SetsockoptInt(int(f.Fd()), unix.SOL_SOCKET, unix.SO_RCVLOWAT, 3); err != nil {
+	// Not f.Fd(): it would put the socket, shared with the conn, in
+	// blocking mode, as with package net's File.
+	frc, err := f.SyscallConn()
+	if err != nil {
 		t.Fatal(err)
+	}
+	var setErr error
+	frc.Control(func(fd uintptr) {
+		if int(fd) == netpoll.FD(server) {
+			setErr = errors.New("File returned the connection's own fd")
+			return
+		}
+		// The same socket: an option set through the file reads back on the conn.
+		setErr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, 3)
+	})
+	if setErr != nil {
+		t.Fatal(setErr)
 	}
 	rc, _ := server.(*netpoll.Conn).SyscallConn()
 	lowat := 0
