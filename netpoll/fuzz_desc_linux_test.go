@@ -57,7 +57,7 @@ import (
 // TestDescModelCatchesBrokenMachines shows that the seed corpus catches a
 // state machine broken in each of these ways. To search further:
 //
-//	go test -run '^$' -fuzz FuzzDescStateMachine -fuzztime 5m ./netpoll
+//	cd netpoll && go test -run '^$' -fuzz FuzzDescStateMachine -fuzztime 5m .
 func FuzzDescStateMachine(f *testing.F) {
 	f.Fuzz(func(t *testing.T, script string) {
 		for _, m := range []descMachine{realMachine, realMachineNoSkip} {

@@ -26,7 +26,7 @@ import (
 // The soak's size. The defaults keep `go test -race ./...` short; the
 // full-size run (45 configurations, about 10s each on 2 vCPUs):
 //
-//	NETPOLL_SOAK_CONNS=10000 NETPOLL_SOAK_ROUNDS=20 go test -run TestSoak -v -timeout 2h ./netpoll
+//	cd netpoll && NETPOLL_SOAK_CONNS=10000 NETPOLL_SOAK_ROUNDS=20 go test -run TestSoak -v -timeout 2h .
 //
 // Both ends of every connection live in this process, two fds each; the
 // test raises RLIMIT_NOFILE to fit, past the hard limit where it may
