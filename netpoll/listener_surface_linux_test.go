@@ -304,40 +304,8 @@ func TestListenerDeadlineEndsBackoff(t *testing.T) {
 
 	// Out of fds, as in TestFaultAcceptOutOfFDs: until free, nothing here
 	// may open one.
-	var old unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
-		t.Fatal(err)
-	}
-	low := unix.Rlimit{Cur: uint64(countFDs(t) + 16), Max: old.Max}
-	var fillers []int
-	freed := false
-	free := func() {
-		if freed {
-			return
-		}
-		freed = true
-		for _, fd := range fillers {
-			unix.Close(fd)
-		}
-		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
-			t.Errorf("restoring RLIMIT_NOFILE: %v", err)
-		}
-	}
+	free := exhaustFDs(t, sock)
 	defer free()
-	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		fd, err := unix.Dup(sock)
-		if err == unix.EMFILE {
-			break
-		}
-		if err != nil {
-			free()
-			t.Fatalf("dup: %v", err)
-		}
-		fillers = append(fillers, fd)
-	}
 	before := g.Stats().Total.AcceptBackoffs
 	sa := &unix.SockaddrInet4{Port: l.Addr().(*net.TCPAddr).Port, Addr: [4]byte{127, 0, 0, 1}}
 	if err := unix.Connect(sock, sa); err != nil {

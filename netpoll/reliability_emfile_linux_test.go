@@ -70,40 +70,8 @@ func TestFaultAcceptOutOfFDs(t *testing.T) {
 			// Out of fds: the soft limit just above what is open, and the
 			// gap filled. From here until the fds are freed, nothing in the
 			// test may open one (no countFDs, no t.TempDir).
-			var old unix.Rlimit
-			if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
-				t.Fatal(err)
-			}
-			low := unix.Rlimit{Cur: uint64(countFDs(t) + 16), Max: old.Max}
-			var fillers []int
-			freed := false
-			free := func() {
-				if freed {
-					return
-				}
-				freed = true
-				for _, fd := range fillers {
-					unix.Close(fd)
-				}
-				if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
-					t.Errorf("restoring RLIMIT_NOFILE: %v", err)
-				}
-			}
+			free := exhaustFDs(t, socks[0])
 			defer free()
-			if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
-				t.Fatal(err)
-			}
-			for {
-				fd, err := unix.Dup(socks[0])
-				if err == unix.EMFILE {
-					break
-				}
-				if err != nil {
-					free()
-					t.Fatalf("dup: %v", err)
-				}
-				fillers = append(fillers, fd)
-			}
 
 			before := g.Stats().Total
 			for _, fd := range socks {
@@ -239,5 +207,46 @@ func TestNewOutOfFDs(t *testing.T) {
 			}
 			g.Close()
 		})
+	}
+}
+
+// exhaustFDs puts the process out of fds: the soft RLIMIT_NOFILE just above
+// what is open, and the gap filled with dups of sock. Until free is
+// called, nothing may open an fd (no countFDs, no t.TempDir). free closes
+// the fillers and restores the limit; it may be called more than once.
+func exhaustFDs(t *testing.T, sock int) (free func()) {
+	t.Helper()
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	low := unix.Rlimit{Cur: uint64(countFDs(t) + 16), Max: old.Max}
+	var fillers []int
+	freed := false
+	free = func() {
+		if freed {
+			return
+		}
+		freed = true
+		for _, fd := range fillers {
+			unix.Close(fd)
+		}
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+			t.Errorf("restoring RLIMIT_NOFILE: %v", err)
+		}
+	}
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		fd, err := unix.Dup(sock)
+		if err == unix.EMFILE {
+			return free
+		}
+		if err != nil {
+			free()
+			t.Fatalf("dup: %v", err)
+		}
+		fillers = append(fillers, fd)
 	}
 }

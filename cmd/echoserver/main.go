@@ -14,7 +14,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"sync"
 
 	"github.com/edgepoll/edgepoll/internal/servecmd"
 )
@@ -59,44 +58,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer s.Close()
 	s.Announce(stdout, "echoserver")
 
-	var conns sync.WaitGroup
-	var mu sync.Mutex
-	open := map[net.Conn]struct{}{}
-	served := make(chan error, 1)
-	go func() {
-		for {
-			c, err := s.Listener.Accept()
-			if err != nil {
-				served <- err
-				return
-			}
-			mu.Lock()
-			open[c] = struct{}{}
-			mu.Unlock()
-			conns.Add(1)
-			go func() {
-				defer conns.Done()
-				echo(c, *bufSize)
-				mu.Lock()
-				delete(open, c)
-				mu.Unlock()
-			}()
-		}
-	}()
-	err = s.Wait(ctx, served)
-	s.Listener.Close()
-	mu.Lock()
-	for c := range open {
-		c.Close()
-	}
-	mu.Unlock()
-	conns.Wait()
-	return err
+	return s.Serve(ctx, func(_ context.Context, c net.Conn) { echo(c, *bufSize) })
 }
 
 // echo writes back what it reads until the peer closes or an error.
 func echo(c net.Conn, bufSize int) {
-	defer c.Close()
 	buf := make([]byte, bufSize)
 	for {
 		n, err := c.Read(buf)

@@ -68,54 +68,20 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	s.Announce(stdout, "tcpproxy")
 
-	var conns sync.WaitGroup
-	var mu sync.Mutex
-	open := map[net.Conn]struct{}{}
-	track := func(c net.Conn, add bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		if add {
-			open[c] = struct{}{}
-		} else {
-			delete(open, c)
+	return s.Serve(ctx, func(ctx context.Context, c net.Conn) {
+		b, err := dial(ctx)
+		if err != nil {
+			fmt.Fprintf(stderr, "tcpproxy: %v\n", err)
+			return
 		}
-	}
-	served := make(chan error, 1)
-	go func() {
-		for {
-			c, err := s.Listener.Accept()
-			if err != nil {
-				served <- err
-				return
-			}
-			conns.Go(func() {
-				defer c.Close()
-				b, err := dial(ctx)
-				if err != nil {
-					fmt.Fprintf(stderr, "tcpproxy: %v\n", err)
-					return
-				}
-				defer b.Close()
-				if !f.ZeroCopy {
-					b = servecmd.CopyOnly(b)
-				}
-				track(c, true)
-				track(b, true)
-				forward(c, b)
-				track(c, false)
-				track(b, false)
-			})
+		defer b.Close()
+		stop := context.AfterFunc(ctx, func() { b.Close() }) // serving stopped
+		defer stop()
+		if !f.ZeroCopy {
+			b = servecmd.CopyOnly(b)
 		}
-	}()
-	err = s.Wait(ctx, served)
-	s.Listener.Close()
-	mu.Lock()
-	for c := range open {
-		c.Close()
-	}
-	mu.Unlock()
-	conns.Wait()
-	return err
+		forward(c, b)
+	})
 }
 
 // forward copies both ways between a and b; when one direction ends it

@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"runtime/pprof"
+	"sync"
 	"time"
 
 	"github.com/edgepoll/edgepoll/netpoll"
@@ -187,6 +188,49 @@ func PrintStats(w io.Writer, st netpoll.Stats) {
 		t.SpinPolls, t.SpinHits, t.SpinDecisions, t.SpinFound, t.SpinGaveUp, t.SpinTime,
 		st.WakeCost, st.SpinBudget, t.BlockCost, t.ReadParks, t.WriteParks, t.EAGAIN, t.ShortSkips,
 		t.Sendfiles, t.SendfileBytes, t.Splices, t.SpliceBytes)
+}
+
+// Serve accepts on s.Listener and runs handle in a goroutine per
+// connection until the lifetime passes, ctx ends or Accept fails. Then it
+// closes the listener and every connection still open, cancels the context
+// handle got (for what else a handler opened), waits for the handlers and
+// returns Accept's error, or nil for a close. handle need not close c.
+func (s *Server) Serve(ctx context.Context, handle func(ctx context.Context, c net.Conn)) error {
+	hctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var conns sync.WaitGroup
+	var mu sync.Mutex
+	open := map[net.Conn]struct{}{}
+	served := make(chan error, 1)
+	go func() {
+		for {
+			c, err := s.Listener.Accept()
+			if err != nil {
+				served <- err
+				return
+			}
+			mu.Lock()
+			open[c] = struct{}{}
+			mu.Unlock()
+			conns.Go(func() {
+				defer c.Close()
+				handle(hctx, c)
+				mu.Lock()
+				delete(open, c)
+				mu.Unlock()
+			})
+		}
+	}()
+	err := s.Wait(ctx, served)
+	s.Listener.Close()
+	cancel()
+	mu.Lock()
+	for c := range open {
+		c.Close()
+	}
+	mu.Unlock()
+	conns.Wait()
+	return err
 }
 
 // copyListener accepts connections that show only net.Conn's methods, so

@@ -6,20 +6,7 @@
 # exact sendfile counts are asserted by the tests. Run it alone, from the
 # repository root; prints a table.
 set -euo pipefail
-bin=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$bin"; }
-trap cleanup EXIT
-go build -o "$bin" ./cmd/httpserver ./cmd/tcpproxy
-mkdir "$bin/files"
-head -c $((64 << 20)) /dev/urandom >"$bin/files/f64M"
-start() {
-  local so; so=$(mktemp)
-  "$@" -addr 127.0.0.1:0 -lifetime 10m >"$so" 2>/dev/null &
-  spid=$!; pids+=("$spid")
-  for _ in $(seq 200); do grep -q listening "$so" && break; sleep 0.05; done
-  saddr=$(sed -n 's/^[a-z]* listening on \([^ ]*\) .*/\1/p' "$so"); rm -f "$so"
-}
+. "$(dirname "$0")/lib.sh"
 kinds="read write sendfile64 splice epoll_wait epoll_pwait futex"
 ev=raw_syscalls:sys_enter
 for k in $kinds; do ev="$ev,syscalls:sys_enter_$k"; done
@@ -47,6 +34,6 @@ for what in file64M proxy64M; do
     done
     echo
     rm -f "$pf"
-    kill -INT "$spid"; wait "$spid" 2>/dev/null || true
+    stop "$spid"
   done
 done
