@@ -112,6 +112,12 @@ func TestFileServerSendfile(t *testing.T) {
 					if n != int64(size) || sum != want {
 						t.Fatalf("%s: %d bytes, sha256 %x; want %d bytes, %x", url, n, sum[:8], size, want[:8])
 					}
+					// The handler adds to Stats when its ReadFrom returns,
+					// which may be after the client has the last byte.
+					want := before.SendfileBytes + uint64(size-sniffLen)
+					done, expired := watchdog(t, 30*time.Second)
+					await(expired, func() bool { return g.Stats().Total.SendfileBytes >= want })
+					done()
 					st := g.Stats().Total
 					if got := st.SendfileBytes - before.SendfileBytes; got != uint64(size-sniffLen) {
 						t.Errorf("%s (request %d): %d bytes by sendfile, want %d", url, i, got, size-sniffLen)
@@ -164,14 +170,15 @@ func TestFileServerSendfileKernel(t *testing.T) {
 			t.Fatalf("%s: %d bytes, want %d", url, n, size)
 		}
 	}
-	tr.CloseIdleConnections()
-	// The child exits once both connections are done and reports Stats.
+	// On the same keep-alive connection: the server reads this request
+	// only after the last handler returned and counted its sendfiles.
 	resp, err := client.Get("http://" + addr + "/stats")
 	if err != nil {
 		t.Fatal(err)
 	}
 	statsLine, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	tr.CloseIdleConnections()
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("child: %v", err)
 	}
