@@ -35,8 +35,8 @@ func moduleRoot() (string, error) {
 
 // build compiles the binaries the chosen servers need into bin and returns
 // their paths. The C reference is dropped, with a message, when there is
-// no C compiler; every other failure is an error.
-func build(ctx context.Context, root, bin string, srvs []server, herd bool, stderr io.Writer) (map[string]string, []server, []string, error) {
+// no C compiler; every other failure is an error. http adds cmd/httpserver.
+func build(ctx context.Context, root, bin string, srvs []server, herd, http bool, stderr io.Writer) (map[string]string, []server, []string, error) {
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		return nil, nil, nil, err
 	}
@@ -60,6 +60,11 @@ func build(ctx context.Context, root, bin string, srvs []server, herd bool, stde
 	}
 	if herd {
 		if err := goBuild(root, "./cmd/herd", "herd"); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	if http {
+		if err := goBuild(root, "./cmd/httpserver", "httpserver"); err != nil {
 			return nil, nil, nil, err
 		}
 	}

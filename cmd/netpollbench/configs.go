@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -55,16 +56,54 @@ func pickServers(names []string) ([]server, error) {
 	return out, nil
 }
 
-// cell is one load shape: connections, message size, and the total rate of
-// an open loop (requests/s; 0 runs a closed loop).
+// httpConfigs are the configurations -http may name: those cmd/httpserver
+// runs on the same flags as cmd/echoserver (package net and netpoll; the
+// peers and the C reference serve echo only).
+var httpConfigs = []string{"net", "et", "oneshot", "lt", "spin", "auto", "et-noskip", "auto-noskip"}
+
+// defaultHTTPConfigs are those of the default run.
+var defaultHTTPConfigs = []string{"net", "et", "auto"}
+
+// cell is one load shape: the protocol ("" or "echo": framed echo of size
+// bytes; "http": net/http plaintext GET over keep-alive), connections,
+// message size, and the total rate of an open loop (requests/s; 0 runs a
+// closed loop).
 type cell struct {
+	proto       string
 	conns, size int
 	rate        float64
 }
 
+func (c cell) http() bool { return c.proto == "http" }
+
 func (c cell) String() string {
-	if c.rate > 0 {
-		return fmt.Sprintf("conns=%d/size=%d/rate=%s", c.conns, c.size, rateLabel(c.rate))
+	s := fmt.Sprintf("conns=%d/size=%d", c.conns, c.size)
+	if c.http() {
+		s = fmt.Sprintf("proto=http/conns=%d", c.conns)
 	}
-	return fmt.Sprintf("conns=%d/size=%d", c.conns, c.size)
+	if c.rate > 0 {
+		s += "/rate=" + rateLabel(c.rate)
+	}
+	return s
+}
+
+// title names the cell for people.
+func (c cell) title() string {
+	conns := fmt.Sprintf("%d conns", c.conns)
+	if c.conns == 1 {
+		conns = "1 conn"
+	}
+	if c.http() {
+		return "net/http plaintext, keep-alive, " + conns
+	}
+	return fmt.Sprintf("echo, %s, %d B", conns, c.size)
+}
+
+// matches reports whether r was measured in c (closed loop).
+func (c cell) matches(r result) bool {
+	proto := r.labels["proto"]
+	if c.http() != (proto == "http") || r.labels["conns"] != strconv.Itoa(c.conns) {
+		return false
+	}
+	return c.http() || r.labels["size"] == strconv.Itoa(c.size)
 }

@@ -37,6 +37,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -66,6 +67,9 @@ type options struct {
 	full        bool
 	compare     string
 	pin         string
+	http        []string // configurations measured with net/http too
+	httpCells   []cell
+	idle        int // idle connections for the memory experiment; 0: off
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
@@ -91,11 +95,13 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.warmup, "warmup", 0, "warm-up per measurement, not measured (default 300ms; -full: 1s)")
 	fs.BoolVar(&o.herd, "herd", true, "also run the thundering-herd experiment")
 	fs.BoolVar(&o.sweep, "sweep", true, "also run the open-loop sweep: 1 conn, 64 B, at each of -rates, for those of "+strings.Join(sweepConfigs, ", ")+" among -configs")
-	rates := fs.String("rates", "2000,10000,30000,closed", "sweep: comma-separated offered loads in requests/s; 0 or closed for the closed loop")
+	rates := fs.String("rates", "2000,10000,closed", "sweep: comma-separated offered loads in requests/s; 0 or closed for the closed loop")
 	fs.IntVar(&o.sweepRounds, "sweep-rounds", 0, "sweep rounds, each measuring every configuration at every rate once (default 3; -full: 6)")
 	fs.BoolVar(&o.full, "full", false, "run the whole matrix")
 	fs.StringVar(&o.compare, "compare", "", "an earlier output directory to compare with")
 	fs.StringVar(&o.pin, "pin", "auto", "pin server to CPU 0 and load generator to CPU 1: auto, on or off")
+	httpFlag := fs.String("http", "", "comma-separated configurations also measured serving net/http plaintext over keep-alive at each of -conns, among "+strings.Join(httpConfigs, ", ")+", or none (default "+strings.Join(defaultHTTPConfigs, ",")+"; -full: all of them among -configs)")
+	fs.IntVar(&o.idle, "idle", 10000, "idle connections held open to measure each server's resident memory per connection; 0 skips it")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -125,13 +131,32 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 			o.cells = append(o.cells, cell{conns: c, size: s})
 		}
 	}
+	fullHTTP := slices.DeleteFunc(slices.Clone(httpConfigs), func(n string) bool { return !slices.Contains(o.configs, n) })
+	switch h := pick(*httpFlag, strings.Join(defaultHTTPConfigs, ","), strings.Join(fullHTTP, ",")); h {
+	case "none", "":
+	default:
+		o.http = strings.Split(h, ",")
+		for _, n := range o.http {
+			if !slices.Contains(httpConfigs, n) {
+				return nil, fmt.Errorf("bad -http %q: %q does not serve net/http; choose among %s", h, n, strings.Join(httpConfigs, ", "))
+			}
+		}
+		for _, c := range cs {
+			o.httpCells = append(o.httpCells, cell{proto: "http", conns: c})
+		}
+	}
+	if o.idle < 0 {
+		return nil, fmt.Errorf("bad -idle %d: want a number of connections, or 0", o.idle)
+	}
 	if o.rates, err = parseRates(*rates); err != nil {
 		return nil, err
 	}
-	setDefault(&o.rounds, 4, 6, o.full)
+	// The default run: every headline cell gets minSamples rounds after
+	// a warm-up round, in short measurements, within about 3 minutes.
+	setDefault(&o.rounds, minSamples, 10, o.full)
 	setDefault(&o.sweepRounds, 3, 6, o.full)
-	setDefault(&o.duration, time.Second, 3*time.Second, o.full)
-	setDefault(&o.warmup, 300*time.Millisecond, time.Second, o.full)
+	setDefault(&o.duration, 400*time.Millisecond, 2*time.Second, o.full)
+	setDefault(&o.warmup, 150*time.Millisecond, 500*time.Millisecond, o.full)
 	if o.rounds < 1 || o.sweepRounds < 1 || o.duration <= 0 || o.warmup < 0 {
 		return nil, fmt.Errorf("bad -rounds %d, -sweep-rounds %d, -duration %v or -warmup %v", o.rounds, o.sweepRounds, o.duration, o.warmup)
 	}
@@ -193,8 +218,16 @@ func bench(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	r.perf = perfWorks()
 	fmt.Fprintf(stderr, "netpollbench: output in %s; %s; %s\n", o.out, pinNote(r.pin), perfNote(r.perf))
 
+	// Calibration first: what the machine charges, before anything runs.
+	calStart, err := calibrate(pinNote(r.pin))
+	if err != nil {
+		return fmt.Errorf("calibration: %w", err)
+	}
+	r.cal = calStart
+	fmt.Fprintf(stdout, "Machine: %s\nPinning: %s\nCalibration before: %s\n", calStart.machine(), pinNote(r.pin), calStart)
+
 	var skipped []string
-	r.bins, srvs, skipped, err = build(ctx, root, filepath.Join(o.out, "bin"), srvs, o.herd, stderr)
+	r.bins, srvs, skipped, err = build(ctx, root, filepath.Join(o.out, "bin"), srvs, o.herd, len(o.http) > 0, stderr)
 	if err != nil {
 		return err
 	}
@@ -203,12 +236,26 @@ func bench(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer raw.Close()
-	writeHeader(raw, r.pin)
-	lines, failures, err := r.series(ctx, "", interleave(o.rounds, o.cells, srvs), nil, raw)
+	warm, err := os.Create(filepath.Join(o.out, "warmup.txt"))
 	if err != nil {
 		return err
 	}
-	raw.Close()
+	defer warm.Close()
+	writeHeader(raw, calStart)
+	writeHeader(warm, calStart)
+	lines, failures, err := r.series(ctx, "", interleave(o.rounds, true, o.cells, srvs), nil, raw, warm)
+	if err != nil {
+		return err
+	}
+	httpSrvs := slices.DeleteFunc(slices.Clone(srvs), func(s server) bool { return !slices.Contains(o.http, s.name) })
+	if len(o.httpCells) > 0 && len(httpSrvs) > 0 {
+		// After the echo matrix, so the machine is warm: no warm-up round.
+		_, fails, err := r.series(ctx, "http ", interleave(o.rounds, false, o.httpCells, httpSrvs), nil, raw, nil)
+		if err != nil {
+			return err
+		}
+		failures = append(failures, fails...)
+	}
 
 	var sw *sweep
 	if o.sweep {
@@ -225,7 +272,43 @@ func bench(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 			failures = append(failures, "herd: "+err.Error())
 		}
 	}
-	if err := report(ctx, root, o, srvs, skipped, herdRows, sw, stdout, stderr); err != nil {
+
+	var idleRows []idleRow
+	if o.idle > 0 {
+		rows, fails, err := runIdle(ctx, r, srvs, o.idle)
+		if err != nil {
+			return err
+		}
+		idleRows = rows
+		failures = append(failures, fails...)
+		var b strings.Builder
+		writeHeader(&b, calStart)
+		for _, row := range rows {
+			if l := idleLine(row); l != "" {
+				b.WriteString(l + "\n")
+			}
+		}
+		if err := os.WriteFile(filepath.Join(o.out, "idle.txt"), []byte(b.String()), 0o644); err != nil {
+			return err
+		}
+	}
+
+	// Calibration last: if the host changed speed mid-run, say so.
+	calEnd, err := calibrate(pinNote(r.pin))
+	if err != nil {
+		return fmt.Errorf("calibration at the end: %w", err)
+	}
+	calEnd.writeConfig(raw, "calib-end-")
+	if err := raw.Close(); err != nil {
+		return err
+	}
+	rep := reportInput{srvs: srvs, httpSrvs: httpSrvs, skipped: skipped, herd: herdRows, sweep: sw, idle: idleRows,
+		calStart: calStart, calEnd: calEnd, failures: failures}
+	if m := moved(calStart.figures(), calEnd.figures(), calibMovedFraction); len(m) > 0 {
+		rep.warnings = append(rep.warnings, fmt.Sprintf("THE HOST CHANGED SPEED DURING THE RUN: calibration moved by more than %.0f%%: %s. "+
+			"Compare only ratios within a round, and rerun.", calibMovedFraction*100, strings.Join(m, ", ")))
+	}
+	if err := report(ctx, root, o, rep, stdout, stderr); err != nil {
 		return err
 	}
 	if len(failures) > 0 {
@@ -235,10 +318,10 @@ func bench(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 }
 
 // writeHeader starts a file of benchmark lines with the configuration
-// lines benchstat shows.
-func writeHeader(w io.Writer, pin bool) {
-	fmt.Fprintf(w, "goos: %s\ngoarch: %s\npkg: github.com/edgepoll/edgepoll/cmd/netpollbench\nnote: %s\n",
-		runtime.GOOS, runtime.GOARCH, pinNote(pin))
+// lines benchstat shows: the machine's calibration among them.
+func writeHeader(w io.Writer, cal calibration) {
+	fmt.Fprintf(w, "goos: %s\ngoarch: %s\npkg: github.com/edgepoll/edgepoll/cmd/netpollbench\n", runtime.GOOS, runtime.GOARCH)
+	cal.writeConfig(w, "calib-")
 }
 
 // summary is the progress line's digest of a benchmark line.

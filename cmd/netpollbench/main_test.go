@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -33,7 +34,8 @@ func TestTiny(t *testing.T) {
 	configs := []string{"net", "et", "spin", "gnet", "nbio", "cloudwego", "c"}
 	var stdout, stderr bytes.Buffer
 	err = run([]string{"-out", out, "-configs", strings.Join(configs, ","), "-conns", "1,4", "-sizes", "64",
-		"-rounds", "2", "-duration", "600ms", "-warmup", "200ms", "-rates", "2000,closed", "-sweep-rounds", "1"}, &stdout, &stderr)
+		"-rounds", "2", "-duration", "600ms", "-warmup", "200ms", "-rates", "2000,closed", "-sweep-rounds", "1",
+		"-http", "net", "-idle", "20"}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
 	}
@@ -49,7 +51,7 @@ func TestTiny(t *testing.T) {
 		for _, conns := range []string{"1", "4"} {
 			n := 0
 			for _, r := range rs {
-				if r.labels["cfg"] == cfg && r.labels["conns"] == conns {
+				if r.labels["cfg"] == cfg && r.labels["conns"] == conns && r.labels["proto"] != "http" {
 					n++
 					if r.metrics["ns/op"] <= 0 || r.metrics["errors"] != 0 {
 						t.Errorf("%s conns=%s: ns/op %v, errors %v", cfg, conns, r.metrics["ns/op"], r.metrics["errors"])
@@ -84,8 +86,34 @@ func TestTiny(t *testing.T) {
 			t.Errorf("plot %s: %v", plot, err)
 		}
 	}
-	if !strings.Contains(stdout.String(), "sec/op") {
-		t.Errorf("stdout lacks the tables:\n%s", stdout.String())
+	checkReport(t, out, stdout.String(), ran, []string{"echo, 1 conn, 64 B", "echo, 4 conns, 64 B",
+		"net/http plaintext, keep-alive, 1 conn", "net/http plaintext, keep-alive, 4 conns"})
+	idle, err := readResults(filepath.Join(out, "idle.txt"))
+	if err != nil || len(idle) != len(ran) {
+		t.Errorf("idle.txt: %d results (%v), want one per configuration (%d)", len(idle), err, len(ran))
+	}
+	if !strings.Contains(stdout.String(), "per conn") {
+		t.Errorf("the summary lacks the idle table")
+	}
+	// The warm-up round is measured and set aside.
+	warm, err := readResults(filepath.Join(out, "warmup.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(warm) != 2*len(ran) {
+		t.Errorf("warmup.txt has %d results, want one per configuration and cell (%d)", len(warm), 2*len(ran))
+	}
+	http := 0
+	for _, r := range rs {
+		if r.labels["proto"] == "http" {
+			http++
+			if r.labels["cfg"] != "net" || r.metrics["ns/op"] <= 0 || r.metrics["errors"] != 0 {
+				t.Errorf("http result %v %v", r.labels, r.metrics)
+			}
+		}
+	}
+	if http != 4 {
+		t.Errorf("%d net/http results, want 2 cells x 2 rounds", http)
 	}
 	var swept []string
 	for _, cfg := range ran {
@@ -150,8 +178,8 @@ func checkSweep(t *testing.T, out, stdout string, cfgs []string, want map[string
 			t.Errorf("sweep-tables.txt lacks %q:\n%s", w, tables)
 		}
 	}
-	if !strings.Contains(stdout, string(tables)) || !strings.Contains(stdout, "sweep-tables.txt") {
-		t.Errorf("stdout lacks the sweep tables or their file name:\n%s", stdout)
+	if abs, _ := filepath.Abs(out); !strings.Contains(stdout, filepath.Join(abs, "sweep-tables.txt")) {
+		t.Errorf("stdout lacks the sweep tables' file name:\n%s", stdout)
 	}
 	for _, plot := range []string{"sweep-frontier.svg", "sweep-utilisation.svg"} {
 		b, err := os.ReadFile(filepath.Join(out, plot))
@@ -163,6 +191,122 @@ func checkSweep(t *testing.T, out, stdout string, cfgs []string, want map[string
 			if !bytes.Contains(b, []byte(">"+cfg+"<")) {
 				t.Errorf("plot %s: no legend entry for %s", plot, cfg)
 			}
+		}
+	}
+}
+
+// checkReport checks what every run reports: the calibration before and
+// after in raw.txt's configuration lines and in the summary, a summary
+// (printed and in summary.txt) with a section per cell and a line per
+// configuration, no line wider than summaryWidth, and the full tables in
+// files whose names are printed.
+func checkReport(t *testing.T, out, stdout string, cfgs, titles []string) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(out, "raw.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, prefix := range []string{"calib-", "calib-end-"} {
+		got := readCalib(raw, prefix)
+		for _, k := range calibKeys[:2] {
+			if got[k] <= 0 {
+				t.Errorf("raw.txt: no %s%s line", prefix, k)
+			}
+		}
+		if !bytes.Contains(raw, []byte("\n"+prefix+"cpu: ")) || !bytes.Contains(raw, []byte("\n"+prefix+"kernel: ")) {
+			t.Errorf("raw.txt: no %scpu or %skernel line", prefix, prefix)
+		}
+	}
+	sum, err := os.ReadFile(filepath.Join(out, "summary.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stdout, string(sum)) {
+		t.Errorf("stdout lacks the summary")
+	}
+	for _, w := range append([]string{"Machine: ", "Calibration before: syscall ", "Calibration after:  syscall "}, titles...) {
+		if !bytes.Contains(sum, []byte(w)) {
+			t.Errorf("summary lacks %q:\n%s", w, sum)
+		}
+	}
+	for _, cfg := range cfgs {
+		if !regexp.MustCompile(`(?m)^  ` + cfg + ` +\d+ +\d+ `).Match(sum) {
+			t.Errorf("summary has no measured line for %s:\n%s", cfg, sum)
+		}
+	}
+	if w := wideLines(string(sum), summaryWidth); len(w) > 0 {
+		t.Errorf("summary lines over %d columns: %q", summaryWidth, w)
+	}
+	abs, err := filepath.Abs(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stdout, filepath.Join(abs, "tables.txt")) {
+		t.Errorf("stdout does not name tables.txt:\n%s", stdout)
+	}
+}
+
+// TestDefaults: the default run gives every headline cell minSamples
+// rounds after a warm-up round, echo and net/http alike.
+func TestDefaults(t *testing.T) {
+	o, err := parseFlags(nil, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvs, err := pickServers(o.configs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.httpCells) == 0 || o.idle == 0 || !o.sweep || !o.herd {
+		t.Errorf("default run lacks a part: http %v, idle %d, sweep %v, herd %v", o.httpCells, o.idle, o.sweep, o.herd)
+	}
+	n := map[string]int{}
+	warm := 0
+	for _, j := range interleave(o.rounds, true, append(o.cells, o.httpCells...), srvs) {
+		if j.round == 0 {
+			warm++
+			continue
+		}
+		n[j.s.name+" "+j.c.String()]++
+	}
+	if warm == 0 {
+		t.Error("no warm-up round")
+	}
+	for k, v := range n {
+		if v < minSamples {
+			t.Errorf("%s: %d samples by default, want at least %d", k, v, minSamples)
+		}
+	}
+}
+
+// TestFailedMeasurement: a configuration whose server cannot start is
+// reported missing in the summary, not as a zero, has no line in raw.txt,
+// and fails the run.
+func TestFailedMeasurement(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds servers and runs processes; skipped with -short")
+	}
+	saved := servers
+	servers = append(slices.Clone(servers), server{"broken", "cfg=broken/impl=netpoll", "echoserver", []string{"-impl", "netpoll", "-mode", "bogus"}})
+	defer func() { servers = saved }()
+	out := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	err := run([]string{"-out", out, "-configs", "net,broken", "-conns", "1", "-herd=false", "-sweep=false",
+		"-http", "none", "-idle", "0", "-rounds", "1", "-duration", "300ms", "-warmup", "100ms"}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "failed") {
+		t.Fatalf("run with a broken configuration: %v, want a failure", err)
+	}
+	sum, rerr := os.ReadFile(filepath.Join(out, "summary.txt"))
+	if rerr != nil {
+		t.Fatal(rerr)
+	}
+	if !regexp.MustCompile(`(?m)^  broken +0 +missing$`).Match(sum) || !bytes.Contains(sum, []byte("FAILED")) {
+		t.Errorf("summary does not show broken as missing:\n%s", sum)
+	}
+	rs, _ := readResults(filepath.Join(out, "raw.txt"))
+	for _, r := range rs {
+		if r.labels["cfg"] == "broken" {
+			t.Errorf("raw.txt has a result for the broken configuration: %v", r.metrics)
 		}
 	}
 }

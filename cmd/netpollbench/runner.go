@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os/exec"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,8 +22,9 @@ type runner struct {
 	opts   *options
 	bins   map[string]string // binary name -> path
 	stderr io.Writer
-	pin    bool // server on CPU 0, load generator on CPU 1, with taskset
-	perf   bool // count the server's syscalls with perf stat
+	pin    bool        // server on CPU 0, load generator on CPU 1, with taskset
+	perf   bool        // count the server's syscalls with perf stat
+	cal    calibration // the machine, measured before the run
 }
 
 // command returns cmd, pinned to cpu when pinning.
@@ -32,35 +35,37 @@ func (r *runner) command(ctx context.Context, cpu int, name string, args ...stri
 	return exec.CommandContext(ctx, name, args...)
 }
 
-var announce = regexp.MustCompile(`^echoserver listening on (\S+) \(`)
+var announce = regexp.MustCompile(`^(?:echoserver|httpserver) listening on (\S+) \(`)
+
+// errNoSyscalls marks a measurement whose syscall count failed: its line
+// is kept without the unit, and the run reports it as a failure.
+var errNoSyscalls = errors.New("server syscall count missing (perf stat failed or counted nothing)")
 
 // measure runs one load generator against a fresh server process and
 // returns its benchmark line, with syscalls/op appended when perf works.
+// An HTTP cell runs cmd/httpserver with the configuration's flags. A line
+// whose syscall count failed comes with errNoSyscalls.
 func (r *runner) measure(ctx context.Context, s server, c cell) (string, error) {
 	o := r.opts
 	life := o.warmup + o.duration + 30*time.Second
-	srv := r.command(ctx, 0, r.bins[s.bin], append(s.args, "-addr", "127.0.0.1:0", "-lifetime", life.String())...)
-	out, err := srv.StdoutPipe()
-	if err != nil {
-		return "", err
+	bin, label := s.bin, s.label
+	var proto []string
+	if c.http() {
+		bin, label = "httpserver", s.label+"/proto=http"
+		proto = []string{"-proto", "http"}
 	}
-	var srvErr bytes.Buffer
-	srv.Stderr = &srvErr
-	if err := srv.Start(); err != nil {
+	srv, err := r.start(ctx, r.bins[bin], s.args, life)
+	if err != nil {
 		return "", fmt.Errorf("%s: %w", s.name, err)
 	}
-	defer stopServer(srv)
-	addr, err := readAnnounce(out, 30*time.Second)
-	if err != nil {
-		return "", fmt.Errorf("%s: %w (stderr: %s)", s.name, err, strings.TrimSpace(srvErr.String()))
-	}
-	go io.Copy(io.Discard, out)
+	defer srv.stop()
+	addr := srv.addr
 
-	lg := r.command(ctx, 1, r.bins["loadgen"], "-addr", addr,
+	lg := r.command(ctx, 1, r.bins["loadgen"], append(proto, "-addr", addr,
 		"-conns", strconv.Itoa(c.conns), "-size", strconv.Itoa(c.size),
 		"-rate", strconv.FormatFloat(c.rate, 'f', -1, 64),
 		"-duration", o.duration.String(), "-warmup", o.warmup.String(),
-		"-server-pid", strconv.Itoa(srv.Process.Pid), "-format", "bench", "-labels", s.label)
+		"-server-pid", strconv.Itoa(srv.cmd.Process.Pid), "-format", "bench", "-labels", label)...)
 	var lgOut, lgErr bytes.Buffer
 	lg.Stdout, lg.Stderr = &lgOut, &lgErr
 	if err := lg.Start(); err != nil {
@@ -68,7 +73,7 @@ func (r *runner) measure(ctx context.Context, s server, c cell) (string, error) 
 	}
 	syscalls := make(chan float64, 1)
 	if r.perf {
-		go func() { syscalls <- countSyscalls(ctx, srv.Process.Pid, o.warmup, o.duration) }()
+		go func() { syscalls <- countSyscalls(ctx, srv.cmd.Process.Pid, o.warmup, o.duration) }()
 	} else {
 		syscalls <- -1
 	}
@@ -78,12 +83,50 @@ func (r *runner) measure(ctx context.Context, s server, c cell) (string, error) 
 	if lgWait != nil || line == "" {
 		return "", fmt.Errorf("%s %s: load generator failed: %v\n%s%s", s.name, c, lgWait, lgOut.String(), lastLines(lgErr.String(), 5))
 	}
-	if n >= 0 {
-		if reqs := benchN(line); reqs > 0 {
-			line += fmt.Sprintf("\t%.3f syscalls/op", n/float64(reqs))
-		}
+	if !r.perf {
+		return line, nil
 	}
-	return line, nil
+	if reqs := benchN(line); n > 0 && reqs > 0 {
+		return line + fmt.Sprintf("\t%.3f syscalls/op", n/float64(reqs)), nil
+	}
+	return line, fmt.Errorf("%s %s: %w", s.name, c, errNoSyscalls)
+}
+
+// started is a server process that has announced its address.
+type started struct {
+	cmd    *exec.Cmd
+	addr   string
+	stderr *bytes.Buffer // complete, and safe to read, once stop returned
+}
+
+// start runs the server binary at path with args on CPU 0 (when pinning),
+// listening on a free port for at most life, and waits for its
+// announcement. On failure the server is stopped and the error carries the
+// end of its stderr.
+func (r *runner) start(ctx context.Context, path string, args []string, life time.Duration) (*started, error) {
+	cmd := r.command(ctx, 0, path, append(slices.Clone(args), "-addr", "127.0.0.1:0", "-lifetime", life.String())...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	addr, err := readAnnounce(out, 30*time.Second)
+	if err != nil {
+		stopServer(cmd) // and so stderr is complete
+		return nil, fmt.Errorf("%w (stderr: %s)", err, lastLines(strings.TrimSpace(stderr.String()), 3))
+	}
+	go io.Copy(io.Discard, out)
+	return &started{cmd, addr, &stderr}, nil
+}
+
+// stop ends the server and returns the end of its stderr.
+func (s *started) stop() string {
+	stopServer(s.cmd)
+	return lastLines(strings.TrimSpace(s.stderr.String()), 3)
 }
 
 // A job is one measurement of a series: a server under a load, in a round.
@@ -95,10 +138,16 @@ type job struct {
 
 // interleave orders rounds × cells × servers so that each round measures
 // every server in every cell once before the next begins: drift over the
-// run then hits all servers alike.
-func interleave(rounds int, cells []cell, srvs []server) []job {
+// run then hits all servers alike. Round 0, first, is the warm-up round
+// (the first measurements of a run are slower: caches, CPU frequency,
+// the host), measured and set aside, when warm is set.
+func interleave(rounds int, warm bool, cells []cell, srvs []server) []job {
 	var jobs []job
-	for round := 1; round <= rounds; round++ {
+	first := 1
+	if warm {
+		first = 0
+	}
+	for round := first; round <= rounds; round++ {
 		for _, c := range cells {
 			for _, s := range srvs {
 				jobs = append(jobs, job{round, s, c})
@@ -115,10 +164,10 @@ type measured struct {
 }
 
 // series measures the jobs in order, passes each benchmark line through
-// edit (if not nil), writes it to w and reports progress, prefixed by
-// what, to stderr. It returns the lines and the failed measurements; it
-// stops early only when ctx ends.
-func (r *runner) series(ctx context.Context, what string, jobs []job, edit func(job, string) string, w io.Writer) ([]measured, []string, error) {
+// edit (if not nil), writes it to w (warm-up rounds to warm, if not nil)
+// and reports progress, prefixed by what, to stderr. It returns the lines
+// and the failed measurements; it stops early only when ctx ends.
+func (r *runner) series(ctx context.Context, what string, jobs []job, edit func(job, string) string, w, warm io.Writer) ([]measured, []string, error) {
 	var lines []measured
 	var failures []string
 	start := time.Now()
@@ -126,18 +175,30 @@ func (r *runner) series(ctx context.Context, what string, jobs []job, edit func(
 		if err := ctx.Err(); err != nil {
 			return lines, failures, err
 		}
+		round := fmt.Sprintf("round %d", j.round)
+		if j.round == 0 {
+			round = "warm-up"
+		}
 		line, err := r.measure(ctx, j.s, j.c)
 		if err != nil {
 			failures = append(failures, err.Error())
-			fmt.Fprintf(r.stderr, "[%d/%d] %sround %d %s %s: FAILED: %v\n", i+1, len(jobs), what, j.round, j.s.name, j.c, err)
-			continue
+			fmt.Fprintf(r.stderr, "[%d/%d] %s%s %s %s: FAILED: %v\n", i+1, len(jobs), what, round, j.s.name, j.c, err)
+			if line == "" {
+				continue
+			}
 		}
 		if edit != nil {
 			line = edit(j, line)
 		}
-		fmt.Fprintln(w, line)
-		lines = append(lines, measured{j, line})
-		fmt.Fprintf(r.stderr, "[%d/%d %s] %sround %d %-9s %-18s %s\n", i+1, len(jobs), time.Since(start).Round(time.Second), what, j.round, j.s.name, j.c, summary(line))
+		if j.round == 0 {
+			if warm != nil {
+				fmt.Fprintln(warm, line)
+			}
+		} else {
+			fmt.Fprintln(w, line)
+			lines = append(lines, measured{j, line})
+		}
+		fmt.Fprintf(r.stderr, "[%d/%d %s] %s%-7s %-11s %-22s %s\n", i+1, len(jobs), time.Since(start).Round(time.Second), what, round, j.s.name, j.c, summary(line))
 	}
 	return lines, failures, nil
 }

@@ -121,7 +121,7 @@ func runSweep(ctx context.Context, r *runner, srvs []server, skipped []string, m
 		return nil, nil, err
 	}
 	defer f.Close()
-	writeHeader(f, r.pin)
+	writeHeader(f, r.cal)
 	note := ""
 	if sw.reused > 0 {
 		note = " (closed: the main matrix's)"
@@ -129,7 +129,7 @@ func runSweep(ctx context.Context, r *runner, srvs []server, skipped []string, m
 	}
 	fmt.Fprintf(r.stderr, "netpollbench: sweep: %s at rates %s%s, %d configurations, %d rounds\n",
 		sweepShape, sw.rateList(), note, len(sw.srvs), sw.rounds)
-	_, failures, err := r.series(ctx, "sweep ", interleave(sw.rounds, cells, sw.srvs), sweepLine, f)
+	_, failures, err := r.series(ctx, "sweep ", interleave(sw.rounds, false, cells, sw.srvs), sweepLine, f, nil)
 	if err != nil {
 		return nil, failures, err
 	}
@@ -166,7 +166,7 @@ func (sw *sweep) rateList() string {
 	return strings.Join(l, ",")
 }
 
-// reportSweep writes and prints the sweep's benchstat tables (rows rate,
+// reportSweep writes the sweep's benchstat tables, prints their file name, (rows rate,
 // columns configuration) and draws its plots; it returns the plot files.
 func reportSweep(ctx context.Context, root string, sw *sweep, stdout io.Writer) ([]string, error) {
 	path, err := filepath.Abs(sw.path)
@@ -195,8 +195,7 @@ func reportSweep(ctx context.Context, root string, sw *sweep, stdout io.Writer) 
 	if err := os.WriteFile(tablesPath, []byte(b.String()), 0o644); err != nil {
 		return nil, err
 	}
-	fmt.Fprint(stdout, "\n"+b.String())
-	fmt.Fprintf(stdout, "Sweep tables: %s\n", tablesPath)
+	fmt.Fprintf(stdout, "Sweep tables (open loop, %s):\n  %s\n", sweepShape, tablesPath)
 
 	results, err := readResults(path)
 	if err != nil {
