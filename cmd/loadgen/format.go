@@ -36,8 +36,8 @@ func writeText(w io.Writer, r *result) error {
 	fmt.Fprintf(bw, "; %v measured after %v warmup\n", time.Duration(r.WindowNs), time.Duration(r.WarmupNs))
 	fmt.Fprintf(bw, "requests    %d (%.0f/s), %d verified\n", r.Requests, r.RPS, r.Verified)
 	l := r.Latency
-	fmt.Fprintf(bw, "latency     p50 %v  p90 %v  p99 %v  p99.9 %v  max %v  mean %v\n",
-		round3(l.P50), round3(l.P90), round3(l.P99), round3(l.P999), round3(l.Max), round3(l.Mean))
+	fmt.Fprintf(bw, "latency     p50 %v  p90 %v  p99 %v  p99.9 %v  p99.99 %v  max %v  mean %v\n",
+		round3(l.P50), round3(l.P90), round3(l.P99), round3(l.P999), round3(l.P9999), round3(l.Max), round3(l.Mean))
 	if w := r.WakeLag; w != nil {
 		fmt.Fprintf(bw, "wake lag    p50 %v  p99 %v  max %v  (%d sleeps; part of the latency)\n", round3(w.P50), round3(w.P99), round3(w.Max), w.Count)
 	}
@@ -76,8 +76,8 @@ func writeBench(w io.Writer, r *result) error {
 		fmt.Fprintf(bw, "cpu: %s\n", cpu)
 	}
 	l := r.Latency
-	fmt.Fprintf(bw, "%s\t%d\t%.1f ns/op\t%d p50-ns\t%d p90-ns\t%d p99-ns\t%d p99.9-ns",
-		r.Name, r.Requests, r.NsPerOp, l.P50, l.P90, l.P99, l.P999)
+	fmt.Fprintf(bw, "%s\t%d\t%.1f ns/op\t%d p50-ns\t%d p90-ns\t%d p99-ns\t%d p99.9-ns\t%d p99.99-ns",
+		r.Name, r.Requests, r.NsPerOp, l.P50, l.P90, l.P99, l.P999, l.P9999)
 	if r.ClientCPUNsPerOp != nil {
 		fmt.Fprintf(bw, "\t%.0f client-cpu-ns/op", *r.ClientCPUNsPerOp)
 	}

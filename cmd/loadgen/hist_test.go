@@ -16,8 +16,8 @@ func TestLatency(t *testing.T) {
 	if l.count() != 0 || l.percentile(50) != 0 || l.max() != 0 {
 		t.Fatalf("empty histogram: count %d p50 %v max %v", l.count(), l.percentile(50), l.max())
 	}
-	// 1..1000µs once each: percentile p is p*10µs.
-	for i := 1; i <= 1000; i++ {
+	// 1..10000µs once each: percentile p is p*100µs.
+	for i := 1; i <= 10000; i++ {
 		l.record(time.Duration(i) * time.Microsecond)
 	}
 	tests := []struct {
@@ -25,20 +25,21 @@ func TestLatency(t *testing.T) {
 		got  time.Duration
 		want time.Duration
 	}{
-		{"p50", l.percentile(50), 500 * time.Microsecond},
-		{"p90", l.percentile(90), 900 * time.Microsecond},
-		{"p99", l.percentile(99), 990 * time.Microsecond},
-		{"p99.9", l.percentile(99.9), 999 * time.Microsecond},
-		{"max", l.max(), 1000 * time.Microsecond},
-		{"mean", l.mean(), 500500 * time.Nanosecond},
+		{"p50", l.percentile(50), 5000 * time.Microsecond},
+		{"p90", l.percentile(90), 9000 * time.Microsecond},
+		{"p99", l.percentile(99), 9900 * time.Microsecond},
+		{"p99.9", l.percentile(99.9), 9990 * time.Microsecond},
+		{"p99.99", l.percentile(99.99), 9999 * time.Microsecond},
+		{"max", l.max(), 10000 * time.Microsecond},
+		{"mean", l.mean(), 5000500 * time.Nanosecond},
 	}
 	for _, tt := range tests {
 		if !within(tt.got, tt.want) {
 			t.Errorf("%s = %v, want %v", tt.name, tt.got, tt.want)
 		}
 	}
-	if l.count() != 1000 {
-		t.Errorf("count = %d, want 1000", l.count())
+	if l.count() != 10000 {
+		t.Errorf("count = %d, want 10000", l.count())
 	}
 }
 

@@ -65,6 +65,7 @@ type latencyNs struct {
 	P90   int64 `json:"p90"`
 	P99   int64 `json:"p99"`
 	P999  int64 `json:"p99.9"`
+	P9999 int64 `json:"p99.99"`
 	Max   int64 `json:"max"`
 	Mean  int64 `json:"mean"`
 	Count int64 `json:"count"`
@@ -76,6 +77,7 @@ func summary(l *latency) latencyNs {
 		P90:   int64(l.percentile(90)),
 		P99:   int64(l.percentile(99)),
 		P999:  int64(l.percentile(99.9)),
+		P9999: int64(l.percentile(99.99)),
 		Max:   int64(l.max()),
 		Mean:  int64(l.mean()),
 		Count: l.count(),

@@ -137,7 +137,7 @@ func TestRun(t *testing.T) {
 				t.Errorf("requests %d, verified %d, errors %d (%s); want requests > 0, all verified, no errors",
 					r.Requests, r.Verified, r.Errors, r.FirstError)
 			}
-			if r.Latency.P50 <= 0 || r.Latency.Max < r.Latency.P999 || r.ClientCPUNsPerOp == nil {
+			if r.Latency.P50 <= 0 || r.Latency.P9999 < r.Latency.P999 || r.Latency.Max < r.Latency.P9999 || r.ClientCPUNsPerOp == nil {
 				t.Errorf("latency %+v, client cpu %v: incomplete report", r.Latency, r.ClientCPUNsPerOp)
 			}
 			if (r.Server != nil) != strings.Contains(strings.Join(tt.args, " "), "-server-pid") {
@@ -167,7 +167,7 @@ func TestRunBench(t *testing.T) {
 	if n <= 0 {
 		t.Errorf("%d requests, want some", n)
 	}
-	for _, unit := range []string{"ns/op", "p50-ns", "p90-ns", "p99-ns", "p99.9-ns", "client-cpu-ns/op", "server-cpu-ns/op", "ctxsw/op", "errors"} {
+	for _, unit := range []string{"ns/op", "p50-ns", "p90-ns", "p99-ns", "p99.9-ns", "p99.99-ns", "client-cpu-ns/op", "server-cpu-ns/op", "ctxsw/op", "errors"} {
 		if _, ok := metrics[unit]; !ok {
 			t.Errorf("no %s in %q", unit, lines[len(lines)-1])
 		}

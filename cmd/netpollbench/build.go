@@ -35,25 +35,35 @@ func moduleRoot() (string, error) {
 
 // build compiles the binaries the chosen servers need into bin and returns
 // their paths. The C reference is dropped, with a message, when there is
-// no C compiler; every other failure is an error. http adds cmd/httpserver.
-func build(ctx context.Context, root, bin string, srvs []server, herd, http bool, stderr io.Writer) (map[string]string, []server, []string, error) {
+// no C compiler; every other failure is an error. http adds cmd/httpserver
+// (for each toolchain used). The runtime's configurations are built with
+// the patched toolchain in rtGoroot.
+func build(ctx context.Context, root, bin string, srvs []server, herd, http bool, rtGoroot string, stderr io.Writer) (map[string]string, []server, []string, error) {
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		return nil, nil, nil, err
 	}
 	bins := map[string]string{}
-	goBuild := func(dir, pkg, name string, flags ...string) error {
+	goBuildWith := func(goroot, dir, pkg, name string, flags ...string) error {
 		if _, ok := bins[name]; ok {
 			return nil
 		}
 		out := filepath.Join(bin, name)
-		cmd := exec.CommandContext(ctx, "go", append(append([]string{"build"}, flags...), "-o", out, pkg)...)
+		gocmd := "go"
+		if goroot != "" {
+			gocmd = filepath.Join(goroot, "bin", "go")
+		}
+		cmd := exec.CommandContext(ctx, gocmd, append(append([]string{"build"}, flags...), "-o", out, pkg)...)
 		cmd.Dir = dir
+		if goroot != "" {
+			cmd.Env = append(os.Environ(), "GOROOT="+goroot, "GOTOOLCHAIN=local")
+		}
 		if b, err := cmd.CombinedOutput(); err != nil {
 			return fmt.Errorf("building %s: %v\n%s", pkg, err, b)
 		}
 		bins[name] = out
 		return nil
 	}
+	goBuild := func(dir, pkg, name string, flags ...string) error { return goBuildWith("", dir, pkg, name, flags...) }
 	fmt.Fprintln(stderr, "netpollbench: building servers, load generator and herd")
 	if err := goBuild(root, "./cmd/loadgen", "loadgen"); err != nil {
 		return nil, nil, nil, err
@@ -67,6 +77,11 @@ func build(ctx context.Context, root, bin string, srvs []server, herd, http bool
 		if err := goBuild(root, "./cmd/httpserver", "httpserver"); err != nil {
 			return nil, nil, nil, err
 		}
+		if rtGoroot != "" {
+			if err := goBuildWith(rtGoroot, root, "./cmd/httpserver", "httpserver-rt"); err != nil {
+				return nil, nil, nil, err
+			}
+		}
 	}
 	var kept []server
 	var skipped []string
@@ -75,6 +90,12 @@ func build(ctx context.Context, root, bin string, srvs []server, herd, http bool
 		switch s.bin {
 		case "echoserver":
 			err = goBuild(root, "./cmd/echoserver", s.bin)
+		case "echoserver-rt":
+			if rtGoroot == "" {
+				err = errors.New(s.name + ": the patched toolchain is not built (runtime_patch/build.sh)")
+				break
+			}
+			err = goBuildWith(rtGoroot, root, "./cmd/echoserver", s.bin)
 		case "gnetecho":
 			// As gnet's own benchmark builds it (bench/peers/README.md).
 			err = goBuild(filepath.Join(root, "bench", "peers"), "./cmd/"+s.bin, s.bin, "-tags=poll_opt")

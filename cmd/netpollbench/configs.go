@@ -13,26 +13,56 @@ import (
 type server struct {
 	name  string   // short name for -configs: net, et, gnet, c, ...
 	label string   // benchmark labels, key=value joined by '/'
-	bin   string   // binary: echoserver, gnetecho, nbioecho, cloudwegoecho, cref
+	bin   string   // binary: echoserver, gnetecho, nbioecho, cloudwegoecho, cref, echoserver-rt
 	args  []string // flags besides -addr and -lifetime
+	env   []string // extra environment (GODEBUG for the patched runtime)
 }
 
 // servers are all the configurations netpollbench knows, in table order.
 var servers = []server{
-	{"net", "cfg=net/impl=net", "echoserver", []string{"-impl", "net"}},
-	{"et", "cfg=et/impl=netpoll/mode=et/spin=0", "echoserver", []string{"-impl", "netpoll", "-mode", "et", "-spin", "0"}},
-	{"oneshot", "cfg=oneshot/impl=netpoll/mode=oneshot/spin=0", "echoserver", []string{"-impl", "netpoll", "-mode", "oneshot", "-spin", "0"}},
-	{"lt", "cfg=lt/impl=netpoll/mode=lt/spin=0", "echoserver", []string{"-impl", "netpoll", "-mode", "lt", "-spin", "0"}},
-	{"spin", "cfg=spin/impl=netpoll/mode=et/spin=forever", "echoserver", []string{"-impl", "netpoll", "-spin", "forever"}},
-	{"auto", "cfg=auto/impl=netpoll/mode=et/spin=auto", "echoserver", []string{"-impl", "netpoll", "-spin", "auto"}},
+	{"net", "cfg=net/impl=net", "echoserver", []string{"-impl", "net"}, nil},
+	{"et", "cfg=et/impl=netpoll/mode=et/spin=0", "echoserver", []string{"-impl", "netpoll", "-mode", "et", "-spin", "0"}, nil},
+	{"oneshot", "cfg=oneshot/impl=netpoll/mode=oneshot/spin=0", "echoserver", []string{"-impl", "netpoll", "-mode", "oneshot", "-spin", "0"}, nil},
+	{"lt", "cfg=lt/impl=netpoll/mode=lt/spin=0", "echoserver", []string{"-impl", "netpoll", "-mode", "lt", "-spin", "0"}, nil},
+	{"spin", "cfg=spin/impl=netpoll/mode=et/spin=forever", "echoserver", []string{"-impl", "netpoll", "-spin", "forever"}, nil},
+	{"auto", "cfg=auto/impl=netpoll/mode=et/spin=auto", "echoserver", []string{"-impl", "netpoll", "-spin", "auto"}, nil},
 	// Short-read skipping off (it is on in every netpoll configuration above).
-	{"et-noskip", "cfg=et-noskip/impl=netpoll/mode=et/spin=0/shortread=off", "echoserver", []string{"-impl", "netpoll", "-mode", "et", "-spin", "0", "-shortread", "off"}},
-	{"auto-noskip", "cfg=auto-noskip/impl=netpoll/mode=et/spin=auto/shortread=off", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-shortread", "off"}},
-	{"gnet", "cfg=gnet/impl=gnet", "gnetecho", nil},
-	{"nbio", "cfg=nbio/impl=nbio", "nbioecho", nil},
-	{"cloudwego", "cfg=cloudwego/impl=cloudwego", "cloudwegoecho", nil},
-	{"c", "cfg=c/impl=c-epoll-et", "cref", nil},
+	{"et-noskip", "cfg=et-noskip/impl=netpoll/mode=et/spin=0/shortread=off", "echoserver", []string{"-impl", "netpoll", "-mode", "et", "-spin", "0", "-shortread", "off"}, nil},
+	{"auto-noskip", "cfg=auto-noskip/impl=netpoll/mode=et/spin=auto/shortread=off", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-shortread", "off"}, nil},
+	{"gnet", "cfg=gnet/impl=gnet", "gnetecho", nil, nil},
+	{"nbio", "cfg=nbio/impl=nbio", "nbioecho", nil, nil},
+	{"cloudwego", "cfg=cloudwego/impl=cloudwego", "cloudwegoecho", nil, nil},
+	{"c", "cfg=c/impl=c-epoll-et", "cref", nil, nil},
 }
+
+// runtimeServers are package net's echo server built with the patched
+// toolchain (runtime_patch/build.sh), with GODEBUG empty ("rt-none") and
+// with each setting of the patches: the runtime's rows beside the
+// library's. "net" is the same server on stock go1.26.8.
+var runtimeServers = []server{
+	rtServer("rt-none", ""),
+	rtServer("rt-oneshot", "netpolloneshot=1"),
+	rtServer("rt-spin50", "netpollspin=50"),
+	rtServer("rt-spinauto", "netpollspin=auto"),
+	rtServer("rt-shards4", "netpollshards=4"),
+	rtServer("rt-shortread", "netpollshortread=1"),
+}
+
+func rtServer(name, godebug string) server {
+	label := "none"
+	if godebug != "" {
+		label = strings.ReplaceAll(godebug, "=", ":")
+	}
+	s := server{name: name, label: "cfg=" + name + "/impl=net/runtime=patched/godebug=" + label,
+		bin: "echoserver-rt", args: []string{"-impl", "net"}}
+	if godebug != "" {
+		s.env = []string{"GODEBUG=" + godebug}
+	}
+	return s
+}
+
+// httpBin is the net/http server binary that runs s's flags.
+func httpBin(s server) string { return strings.Replace(s.bin, "echoserver", "httpserver", 1) }
 
 var (
 	defaultConfigs = []string{"net", "et", "oneshot", "spin", "auto", "gnet", "nbio", "cloudwego", "c"}
@@ -42,16 +72,17 @@ var (
 // pickServers resolves a comma-separated list of names.
 func pickServers(names []string) ([]server, error) {
 	var out []server
+	all := append(slices.Clone(servers), runtimeServers...)
 	for _, n := range names {
-		i := slices.IndexFunc(servers, func(s server) bool { return s.name == n })
+		i := slices.IndexFunc(all, func(s server) bool { return s.name == n })
 		if i < 0 {
 			var known []string
-			for _, s := range servers {
+			for _, s := range all {
 				known = append(known, s.name)
 			}
 			return nil, fmt.Errorf("unknown configuration %q: known are %s", n, strings.Join(known, ", "))
 		}
-		out = append(out, servers[i])
+		out = append(out, all[i])
 	}
 	return out, nil
 }
@@ -59,7 +90,8 @@ func pickServers(names []string) ([]server, error) {
 // httpConfigs are the configurations -http may name: those cmd/httpserver
 // runs on the same flags as cmd/echoserver (package net and netpoll; the
 // peers and the C reference serve echo only).
-var httpConfigs = []string{"net", "et", "oneshot", "lt", "spin", "auto", "et-noskip", "auto-noskip"}
+var httpConfigs = []string{"net", "et", "oneshot", "lt", "spin", "auto", "et-noskip", "auto-noskip",
+	"rt-none", "rt-oneshot", "rt-spin50", "rt-spinauto", "rt-shards4", "rt-shortread"}
 
 // defaultHTTPConfigs are those of the default run.
 var defaultHTTPConfigs = []string{"net", "et", "auto"}

@@ -80,7 +80,13 @@ func writeHerd(w io.Writer, rows []herdRow) {
 		fmt.Fprintf(w, "%-7s %-10s %7d %10d %12.1f %9s %9s %7d  %d/%.0f/%d, %d idle\n", r.Source, r.Mode, r.Events, r.Ctxsw,
 			float64(r.Ctxsw)/float64(r.Events), r.CPU.Round(time.Millisecond), r.Wall.Round(time.Millisecond), r.Empty, r.Min, r.Median, r.Max, r.Zero)
 	}
-	fmt.Fprintf(w, "\nSeed (Linux EPOLLEXCLUSIVE patch, pipe test): wakeall %d vs exclusive %d context switches (%.0fx).\n",
+	fmt.Fprintf(w, "\n%s", herdSeed(rows))
+}
+
+// herdSeed sets the seed's figure beside ours: the EPOLLEXCLUSIVE patch's
+// pipe test, wake-all against exclusive context switches.
+func herdSeed(rows []herdRow) string {
+	s := fmt.Sprintf("Seed (Linux EPOLLEXCLUSIVE patch, pipe test): wakeall %d vs exclusive %d context switches (%.0fx).\n",
 		seedWakeAllCtxsw, seedExclusiveCtxsw, float64(seedWakeAllCtxsw)/seedExclusiveCtxsw)
 	var wa, ex int64
 	for _, r := range rows {
@@ -92,6 +98,7 @@ func writeHerd(w io.Writer, rows []herdRow) {
 		}
 	}
 	if wa > 0 && ex > 0 {
-		fmt.Fprintf(w, "Here, pipe: wakeall %d vs exclusive %d (%.0fx).\n", wa, ex, float64(wa)/float64(ex))
+		s += fmt.Sprintf("Here, pipe: wakeall %d vs exclusive %d (%.0fx).\n", wa, ex, float64(wa)/float64(ex))
 	}
+	return s
 }

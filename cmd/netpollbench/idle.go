@@ -109,7 +109,7 @@ func runIdle(ctx context.Context, r *runner, srvs []server, conns int) ([]idleRo
 func newIdleRow(s server, conns int) (idleRow, []string) {
 	row := idleRow{cfg: s.name, label: s.label, conns: conns}
 	args := slices.Clone(s.args)
-	if s.bin != "echoserver" {
+	if !strings.HasPrefix(s.bin, "echoserver") {
 		return row, args
 	}
 	row.buf = idleEchoBuf
@@ -179,7 +179,7 @@ func raiseNoFile(need int) error {
 // idle starts s with args, as measure does, and measures row.conns idle
 // connections to it into row.
 func (r *runner) idle(ctx context.Context, s server, args []string, row *idleRow) error {
-	srv, err := r.start(ctx, r.bins[s.bin], args, idleLifetime)
+	srv, err := r.start(ctx, r.bins[s.bin], args, s.env, idleLifetime)
 	if err != nil {
 		return err
 	}

@@ -30,7 +30,7 @@ func TestIdle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bins, _, _, err := build(ctx, root, t.TempDir(), srvs, false, false, io.Discard)
+	bins, _, _, err := build(ctx, root, t.TempDir(), srvs, false, false, "", io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,10 +108,10 @@ func TestNewIdleRow(t *testing.T) {
 		buf   int
 		label string
 	}{
-		{"echoserver", server{"net", "cfg=net", "echoserver", []string{"-impl", "net"}}, "-impl net -buf 4096", 4096, "cfg=net/buf=4096"},
-		{"own -buf", server{"n", "cfg=n", "echoserver", []string{"-buf", "65536"}}, "-buf 65536", 65536, "cfg=n/buf=65536"},
-		{"own -buf=", server{"n", "cfg=n", "echoserver", []string{"-buf=1024"}}, "-buf=1024", 1024, "cfg=n/buf=1024"},
-		{"peer", server{"gnet", "cfg=gnet", "gnetecho", nil}, "", 0, "cfg=gnet"},
+		{"echoserver", server{"net", "cfg=net", "echoserver", []string{"-impl", "net"}, nil}, "-impl net -buf 4096", 4096, "cfg=net/buf=4096"},
+		{"own -buf", server{"n", "cfg=n", "echoserver", []string{"-buf", "65536"}, nil}, "-buf 65536", 65536, "cfg=n/buf=65536"},
+		{"own -buf=", server{"n", "cfg=n", "echoserver", []string{"-buf=1024"}, nil}, "-buf=1024", 1024, "cfg=n/buf=1024"},
+		{"peer", server{"gnet", "cfg=gnet", "gnetecho", nil, nil}, "", 0, "cfg=gnet"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			row, args := newIdleRow(tt.s, 10)

@@ -69,7 +69,8 @@ type options struct {
 	pin         string
 	http        []string // configurations measured with net/http too
 	httpCells   []cell
-	idle        int // idle connections for the memory experiment; 0: off
+	idle        int    // idle connections for the memory experiment; 0: off
+	rtGoroot    string // the patched toolchain, when the runtime's rows run
 }
 
 func run(args []string, stdout, stderr io.Writer) error {
@@ -101,6 +102,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.compare, "compare", "", "an earlier output directory to compare with")
 	fs.StringVar(&o.pin, "pin", "auto", "pin server to CPU 0 and load generator to CPU 1: auto, on or off")
 	httpFlag := fs.String("http", "", "comma-separated configurations also measured serving net/http plaintext over keep-alive at each of -conns, among "+strings.Join(httpConfigs, ", ")+", or none (default "+strings.Join(defaultHTTPConfigs, ",")+"; -full: all of them among -configs)")
+	rt := fs.String("runtime", "auto", "rows for the patched runtime (runtime_patch/build.sh) under each GODEBUG setting, package net's servers: auto (when the toolchain is built), on or off")
 	fs.IntVar(&o.idle, "idle", 10000, "idle connections held open to measure each server's resident memory per connection; 0 skips it")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -118,6 +120,27 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		return def
 	}
 	o.configs = strings.Split(pick(*configs, strings.Join(defaultConfigs, ","), strings.Join(fullConfigs, ",")), ",")
+	goroot := patchedGoroot()
+	switch *rt {
+	case "off":
+	case "on", "auto":
+		if goroot == "" && *rt == "on" {
+			return nil, fmt.Errorf("-runtime on: no patched toolchain at %s: build it with runtime_patch/build.sh", patchedGorootPath())
+		}
+		if goroot != "" && *configs == "" {
+			for _, s := range runtimeServers {
+				o.configs = append(o.configs, s.name)
+			}
+		}
+	default:
+		return nil, fmt.Errorf("bad -runtime %q: want auto, on or off", *rt)
+	}
+	if slices.ContainsFunc(o.configs, func(n string) bool { return strings.HasPrefix(n, "rt-") }) {
+		if goroot == "" {
+			return nil, fmt.Errorf("-configs %s: the rt- configurations need the patched toolchain at %s (runtime_patch/build.sh)", strings.Join(o.configs, ","), patchedGorootPath())
+		}
+		o.rtGoroot = goroot
+	}
 	cs, err := ints("conns", pick(*conns, "1,50", "1,50,1000"), 1)
 	if err != nil {
 		return nil, err
@@ -132,7 +155,15 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		}
 	}
 	fullHTTP := slices.DeleteFunc(slices.Clone(httpConfigs), func(n string) bool { return !slices.Contains(o.configs, n) })
-	switch h := pick(*httpFlag, strings.Join(defaultHTTPConfigs, ","), strings.Join(fullHTTP, ",")); h {
+	defHTTP := slices.Clone(defaultHTTPConfigs)
+	if o.rtGoroot != "" {
+		for _, s := range runtimeServers {
+			if slices.Contains(o.configs, s.name) {
+				defHTTP = append(defHTTP, s.name)
+			}
+		}
+	}
+	switch h := pick(*httpFlag, strings.Join(defHTTP, ","), strings.Join(fullHTTP, ",")); h {
 	case "none", "":
 	default:
 		o.http = strings.Split(h, ",")
@@ -227,7 +258,7 @@ func bench(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "Machine: %s\nPinning: %s\nCalibration before: %s\n", calStart.machine(), pinNote(r.pin), calStart)
 
 	var skipped []string
-	r.bins, srvs, skipped, err = build(ctx, root, filepath.Join(o.out, "bin"), srvs, o.herd, len(o.http) > 0, stderr)
+	r.bins, srvs, skipped, err = build(ctx, root, filepath.Join(o.out, "bin"), srvs, o.herd, len(o.http) > 0, o.rtGoroot, stderr)
 	if err != nil {
 		return err
 	}
@@ -315,6 +346,31 @@ func bench(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%d measurement(s) failed:\n%s", len(failures), strings.Join(failures, "\n"))
 	}
 	return nil
+}
+
+// patchedGorootPath is where runtime_patch/build.sh installs the patched
+// toolchain: $EDGEPOLL_GOROOT, or its default.
+func patchedGorootPath() string {
+	if p := os.Getenv("EDGEPOLL_GOROOT"); p != "" {
+		return p
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(home, ".cache", "edgepoll", "go1.26.8-edgepoll")
+}
+
+// patchedGoroot returns the patched toolchain's GOROOT if it is built.
+func patchedGoroot() string {
+	p := patchedGorootPath()
+	if p == "" {
+		return ""
+	}
+	if st, err := os.Stat(filepath.Join(p, "bin", "go")); err != nil || st.Mode()&0o111 == 0 {
+		return ""
+	}
+	return p
 }
 
 // writeHeader starts a file of benchmark lines with the configuration

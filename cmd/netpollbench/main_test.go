@@ -2,12 +2,17 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/edgepoll/edgepoll/internal/testtool"
 )
 
 // TestTiny runs netpollbench in a tiny configuration end to end: every
@@ -241,6 +246,18 @@ func checkReport(t *testing.T, out, stdout string, cfgs, titles []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	html, err := os.ReadFile(filepath.Join(out, "report.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"calibration", "summary", "plots", "frontier", "herd", "tables"} {
+		if !bytes.Contains(html, []byte(`id="`+id+`"`)) {
+			t.Errorf("report.html has no section %q", id)
+		}
+	}
+	if !bytes.Contains(html, []byte("<svg")) {
+		t.Error("report.html has no inline plot")
+	}
 	if !strings.Contains(stdout, filepath.Join(abs, "tables.txt")) {
 		t.Errorf("stdout does not name tables.txt:\n%s", stdout)
 	}
@@ -287,7 +304,7 @@ func TestFailedMeasurement(t *testing.T) {
 		t.Skip("builds servers and runs processes; skipped with -short")
 	}
 	saved := servers
-	servers = append(slices.Clone(servers), server{"broken", "cfg=broken/impl=netpoll", "echoserver", []string{"-impl", "netpoll", "-mode", "bogus"}})
+	servers = append(slices.Clone(servers), server{"broken", "cfg=broken/impl=netpoll", "echoserver", []string{"-impl", "netpoll", "-mode", "bogus"}, nil})
 	defer func() { servers = saved }()
 	out := t.TempDir()
 	var stdout, stderr bytes.Buffer
@@ -350,5 +367,71 @@ func TestBadFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: %v, want an error mentioning %s", tt.args, err, tt.want)
 		}
+	}
+}
+
+// TestRuntimeRows runs the patched runtime's configurations beside stock
+// net, echo and net/http: each has its rounds, labelled runtime=patched
+// with its GODEBUG, and the summary has their lines. It needs the toolchain
+// runtime_patch/build.sh builds (.ci/run builds it before the tests).
+func TestRuntimeRows(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds servers with the patched toolchain and runs processes; skipped with -short")
+	}
+	if patchedGoroot() == "" {
+		testtool.Missing(t, "the patched toolchain (runtime_patch/build.sh)", fmt.Errorf("no %s/bin/go", patchedGorootPath()))
+	}
+	out := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	err := run([]string{"-out", out, "-configs", "net,rt-none,rt-shortread", "-http", "net,rt-shortread", "-conns", "1",
+		"-herd=false", "-sweep=false", "-idle", "0", "-rounds", "2", "-duration", "300ms", "-warmup", "100ms"}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	rs, err := readResults(filepath.Join(out, "raw.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := map[string]int{}
+	for _, r := range rs {
+		if r.metrics["ns/op"] <= 0 || r.metrics["errors"] != 0 {
+			t.Errorf("%v: %v", r.labels, r.metrics)
+		}
+		n[r.labels["cfg"]+" "+r.labels["proto"]+" "+r.labels["runtime"]+" "+r.labels["godebug"]]++
+	}
+	for _, k := range []string{"net   ", "rt-none  patched none", "rt-shortread  patched netpollshortread:1", "rt-shortread http patched netpollshortread:1", "net http  "} {
+		if n[k] != 2 {
+			t.Errorf("%q: %d results, want 2 (all: %v)", k, n[k], n)
+		}
+	}
+	checkReport(t, out, stdout.String(), []string{"net", "rt-none", "rt-shortread"}, []string{"echo, 1 conn, 64 B", "net/http plaintext, keep-alive, 1 conn"})
+}
+
+// TestStartEnv: a configuration's environment reaches its server process.
+func TestStartEnv(t *testing.T) {
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvs, err := pickServers([]string{"net"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bins, _, _, err := build(t.Context(), root, t.TempDir(), srvs, false, false, "", io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &runner{opts: &options{}, bins: bins, stderr: io.Discard}
+	srv, err := r.start(t.Context(), bins["echoserver"], srvs[0].args, []string{"GODEBUG=netpollshortread=1"}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.stop()
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", srv.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(env, []byte("\x00GODEBUG=netpollshortread=1\x00")) && !bytes.HasPrefix(env, []byte("GODEBUG=netpollshortread=1\x00")) {
+		t.Errorf("server environment lacks GODEBUG=netpollshortread=1")
 	}
 }

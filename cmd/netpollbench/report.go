@@ -107,11 +107,13 @@ func report(ctx context.Context, root string, o *options, in reportInput, stdout
 		}
 		files = append(files, path)
 	}
+	var herdText string
 	if len(in.herd) > 0 {
 		var hb strings.Builder
 		writeHerd(&hb, in.herd)
+		herdText = hb.String()
 		path := filepath.Join(o.out, "herd.txt")
-		if err := os.WriteFile(path, []byte(hb.String()), 0o644); err != nil {
+		if err := os.WriteFile(path, []byte(herdText), 0o644); err != nil {
 			return err
 		}
 		files = append(files, path)
@@ -122,14 +124,37 @@ func report(ctx context.Context, root string, o *options, in reportInput, stdout
 	if err != nil {
 		return fmt.Errorf("plots: %w", err)
 	}
-	if in.sweep != nil {
-		files, err := reportSweep(ctx, root, in.sweep, stdout)
+	if len(o.httpCells) > 0 && len(in.httpSrvs) > 0 {
+		more, err := drawPlots(o.out, in.httpSrvs, o.httpCells, results)
 		if err != nil {
+			return fmt.Errorf("plots: %w", err)
+		}
+		plots = append(plots, more...)
+	}
+	var frontier []string
+	if in.sweep != nil {
+		if frontier, err = reportSweep(ctx, root, in.sweep, stdout); err != nil {
 			return fmt.Errorf("sweep: %w", err)
 		}
-		plots = append(plots, files...)
+		files = append(files, filepath.Join(o.out, "sweep-tables.txt"))
 	}
-	fmt.Fprintf(stdout, "Plots:\n  %s\n", strings.Join(plots, "\n  "))
+	fmt.Fprintf(stdout, "Plots:\n  %s\n", strings.Join(append(slices.Clone(plots), frontier...), "\n  "))
+	var seed string
+	if len(in.herd) > 0 {
+		seed = herdSeed(in.herd)
+	}
+	html := filepath.Join(o.out, "report.html")
+	err = writeHTML(html, htmlReport{
+		Title: "netpollbench, " + in.calStart.machine(),
+		Machine: []string{"Machine: " + in.calStart.machine(), "Pinning: " + in.calStart.pinning,
+			"Calibration before: " + in.calStart.String(), "Calibration after:  " + in.calEnd.String()},
+		Warnings: in.warnings, Summary: summaryText, Plots: plots, Frontier: frontier,
+		Herd: herdText, HerdSeed: seed, TableFiles: files,
+	})
+	if err != nil {
+		return fmt.Errorf("report.html: %w", err)
+	}
+	fmt.Fprintf(stdout, "Report: %s\n", html)
 
 	if o.compare != "" {
 		old, err := filepath.Abs(filepath.Join(o.compare, "raw.txt"))

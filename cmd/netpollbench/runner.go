@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"regexp"
 	"runtime"
@@ -51,10 +52,10 @@ func (r *runner) measure(ctx context.Context, s server, c cell) (string, error) 
 	bin, label := s.bin, s.label
 	var proto []string
 	if c.http() {
-		bin, label = "httpserver", s.label+"/proto=http"
+		bin, label = httpBin(s), s.label+"/proto=http"
 		proto = []string{"-proto", "http"}
 	}
-	srv, err := r.start(ctx, r.bins[bin], s.args, life)
+	srv, err := r.start(ctx, r.bins[bin], s.args, s.env, life)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", s.name, err)
 	}
@@ -99,12 +100,16 @@ type started struct {
 	stderr *bytes.Buffer // complete, and safe to read, once stop returned
 }
 
-// start runs the server binary at path with args on CPU 0 (when pinning),
+// start runs the server binary at path with args (and env added to ours)
+// on CPU 0 (when pinning),
 // listening on a free port for at most life, and waits for its
 // announcement. On failure the server is stopped and the error carries the
 // end of its stderr.
-func (r *runner) start(ctx context.Context, path string, args []string, life time.Duration) (*started, error) {
+func (r *runner) start(ctx context.Context, path string, args, env []string, life time.Duration) (*started, error) {
 	cmd := r.command(ctx, 0, path, append(slices.Clone(args), "-addr", "127.0.0.1:0", "-lifetime", life.String())...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
