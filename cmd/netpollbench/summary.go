@@ -125,14 +125,14 @@ func writeSummary(w io.Writer, sums []cellSummary) {
 	fmt.Fprintln(w, "Lower is better for latency, CPU and syscalls; higher for req/s and the ratios.")
 	for _, cs := range sums {
 		fmt.Fprintf(w, "\n%s\n", cs.title)
-		fmt.Fprintf(w, "  %-11s %3s %10s %10s %10s %11s %8s %8s %8s\n",
+		fmt.Fprintf(w, "  %-12s %3s %10s %10s %10s %11s %8s %8s %8s\n",
 			"config", "n", "req/s", "p50", "p99", "CPU/req", "sys/req", "vs net", "vs peer")
 		for _, r := range cs.rows {
 			if r.missing {
-				fmt.Fprintf(w, "  %-11s %3d %10s\n", r.cfg, 0, "missing")
+				fmt.Fprintf(w, "  %-12s %3d %10s\n", r.cfg, 0, "missing")
 				continue
 			}
-			fmt.Fprintf(w, "  %-11s %3d %10.0f %10s %10s %11s %8s %8s %8s\n",
+			fmt.Fprintf(w, "  %-12s %3d %10.0f %10s %10s %11s %8s %8s %8s\n",
 				r.cfg, r.n, med(r.rps), fmtMicros(r.p50), fmtMicros(r.p99), fmtMicros(r.cpu), fmtCount(r.sys), r.vsNet, r.vsPeer)
 		}
 		if lead := leaders(cs.rows); lead != "" {
