@@ -435,3 +435,44 @@ func TestStartEnv(t *testing.T) {
 		t.Errorf("server environment lacks GODEBUG=netpollshortread=1")
 	}
 }
+
+// TestCompare: -compare with a run whose calibration differs by more than
+// 2x warns that the machines differ, and still compares (the calibration
+// keys do not split benchstat's tables).
+func TestCompare(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds servers and runs processes; skipped with -short")
+	}
+	args := []string{"-configs", "net", "-conns", "1", "-herd=false", "-sweep=false", "-http", "none", "-idle", "0",
+		"-runtime", "off", "-rounds", "1", "-duration", "300ms", "-warmup", "100ms"}
+	old := t.TempDir()
+	if err := run(append([]string{"-out", old}, args...), io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(old, "raw.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The old run on a machine whose wakeups cost 10x: another machine.
+	cal := readCalib(raw, "calib-")
+	key := "same-core-wakeup-roundtrip-us"
+	raw = regexp.MustCompile(`(?m)^calib-`+key+`: .*$`).ReplaceAll(raw, fmt.Appendf(nil, "calib-%s: %.3g", key, cal[key]*10))
+	if err := os.WriteFile(filepath.Join(old, "raw.txt"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	var stdout bytes.Buffer
+	if err := run(append([]string{"-out", out, "-compare", old}, args...), &stdout, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stdout.String(), "DIFFERENT MACHINES") || !strings.Contains(stdout.String(), key) {
+		t.Errorf("no warning that the machines differ:\n%s", stdout.String())
+	}
+	cmp, err := os.ReadFile(filepath.Join(out, "compare.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(cmp, []byte("old")) || !bytes.Contains(cmp, []byte("new")) || !bytes.Contains(cmp, []byte("vs base")) {
+		t.Errorf("compare.txt does not compare old and new side by side:\n%s", cmp)
+	}
+}

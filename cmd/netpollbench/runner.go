@@ -87,10 +87,22 @@ func (r *runner) measure(ctx context.Context, s server, c cell) (string, error) 
 	if !r.perf {
 		return line, nil
 	}
+	line, err = withSyscalls(line, n)
+	if err != nil {
+		return line, fmt.Errorf("%s %s: %w", s.name, c, err)
+	}
+	return line, nil
+}
+
+// withSyscalls appends syscalls/op to a benchmark line from the n syscalls
+// counted over its requests. A count that failed (n < 0) or found nothing
+// leaves the line without the unit and returns errNoSyscalls: a server
+// serving requests makes syscalls, so zero is a failed count, not a result.
+func withSyscalls(line string, n float64) (string, error) {
 	if reqs := benchN(line); n > 0 && reqs > 0 {
 		return line + fmt.Sprintf("\t%.3f syscalls/op", n/float64(reqs)), nil
 	}
-	return line, fmt.Errorf("%s %s: %w", s.name, c, errNoSyscalls)
+	return line, errNoSyscalls
 }
 
 // started is a server process that has announced its address.

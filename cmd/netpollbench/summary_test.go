@@ -93,3 +93,21 @@ func TestSummary(t *testing.T) {
 		t.Errorf("no leader line")
 	}
 }
+
+// TestWithSyscalls: a syscall count that failed or found nothing is
+// missing (no unit, an error), never 0 syscalls/op.
+func TestWithSyscalls(t *testing.T) {
+	line := "BenchmarkEcho/cfg=net/conns=1/size=64\t1000\t50000 ns/op"
+	if got, err := withSyscalls(line, 6000); err != nil || !strings.HasSuffix(got, "\t6.000 syscalls/op") {
+		t.Errorf("6000 syscalls over 1000 requests: %q, %v", got, err)
+	}
+	for _, n := range []float64{0, -1} {
+		got, err := withSyscalls(line, n)
+		if err == nil || got != line || strings.Contains(got, "syscalls/op") {
+			t.Errorf("count %v: %q, %v; want the line unchanged and errNoSyscalls", n, got, err)
+		}
+	}
+	if _, err := withSyscalls("BenchmarkEcho/cfg=net\t0\t0 ns/op", 500); err == nil {
+		t.Error("no requests: want errNoSyscalls")
+	}
+}
