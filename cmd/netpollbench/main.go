@@ -171,6 +171,14 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 			if !slices.Contains(httpConfigs, n) {
 				return nil, fmt.Errorf("bad -http %q: %q does not serve net/http; choose among %s", h, n, strings.Join(httpConfigs, ", "))
 			}
+			if *httpFlag != "" && !slices.Contains(o.configs, n) {
+				return nil, fmt.Errorf("bad -http %q: %q is not among -configs", h, n)
+			}
+		}
+		// The default list keeps those of the run's configurations.
+		o.http = slices.DeleteFunc(o.http, func(n string) bool { return !slices.Contains(o.configs, n) })
+		if len(o.http) == 0 {
+			break
 		}
 		for _, c := range cs {
 			o.httpCells = append(o.httpCells, cell{proto: "http", conns: c})

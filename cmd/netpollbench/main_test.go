@@ -263,6 +263,19 @@ func checkReport(t *testing.T, out, stdout string, cfgs, titles []string) {
 	}
 }
 
+// TestHTTPDefaultFollowsConfigs: the default -http list keeps only the
+// run's configurations, and none leaves no net/http cells.
+func TestHTTPDefaultFollowsConfigs(t *testing.T) {
+	o, err := parseFlags([]string{"-configs", "net,gnet", "-runtime", "off"}, &bytes.Buffer{})
+	if err != nil || !slices.Equal(o.http, []string{"net"}) || len(o.httpCells) != 2 {
+		t.Errorf("-configs net,gnet: http %v, cells %v, %v; want net in 2 cells", o.http, o.httpCells, err)
+	}
+	o, err = parseFlags([]string{"-configs", "gnet,c", "-runtime", "off"}, &bytes.Buffer{})
+	if err != nil || len(o.http) != 0 || len(o.httpCells) != 0 {
+		t.Errorf("-configs gnet,c: http %v, cells %v, %v; want none", o.http, o.httpCells, err)
+	}
+}
+
 // TestDefaults: the default run gives every headline cell minSamples
 // rounds after a warm-up round, echo and net/http alike.
 func TestDefaults(t *testing.T) {
@@ -359,6 +372,10 @@ func TestBadFlags(t *testing.T) {
 		{"-rates Inf", `"Inf" is not a rate`},
 		{"-rates 2000,closed,0", "closed twice"},
 		{"-rates 2e3,2000", "2000 twice"},
+		{"-http gnet", `"gnet" does not serve net/http`},
+		{"-configs net -http et", `"et" is not among -configs`},
+		{"-runtime maybe", "-runtime"},
+		{"-idle -3", "-idle"},
 	} {
 		o, err := parseFlags(strings.Fields(tt.args), &bytes.Buffer{})
 		if err == nil {
