@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -47,16 +48,38 @@ const calibCompareFactor = 2.0
 func calibrate(pinning string) (calibration, error) {
 	c := calibration{cpu: cpuModel(), kernel: kernelRelease(), ncpu: runtime.NumCPU(), pinning: pinning, toolVer: runtime.Version()}
 	c.syscallNs = syscallCost()
-	var err error
-	if c.sameCoreUs, err = wakeupRoundTrip(0, 0); err != nil {
+	cpus, err := allowedCPUs()
+	if err != nil {
+		return c, err
+	}
+	if c.sameCoreUs, err = wakeupRoundTrip(cpus[0], cpus[0]); err != nil {
 		return c, fmt.Errorf("same-core wakeup round trip: %w", err)
 	}
-	if c.ncpu >= 2 {
-		if c.crossCoreUs, err = wakeupRoundTrip(0, 1); err != nil {
+	if len(cpus) >= 2 {
+		if c.crossCoreUs, err = wakeupRoundTrip(cpus[0], cpus[1]); err != nil {
 			return c, fmt.Errorf("cross-core wakeup round trip: %w", err)
 		}
 	}
 	return c, nil
+}
+
+// allowedCPUs lists the CPUs this process may run on, in order (under
+// taskset, not necessarily from 0).
+func allowedCPUs() ([]int, error) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return nil, fmt.Errorf("calibration: sched_getaffinity: %w", err)
+	}
+	var cpus []int
+	for i := range len(set) * 64 {
+		if set.IsSet(i) {
+			cpus = append(cpus, i)
+		}
+	}
+	if len(cpus) == 0 {
+		return nil, errors.New("calibration: no CPU in the affinity mask")
+	}
+	return cpus, nil
 }
 
 // syscallCost is the mean time of a getppid syscall, in ns.
