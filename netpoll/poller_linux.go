@@ -206,12 +206,12 @@ func (p *poller) runBlocking(yield bool) {
 			p.st.emptyWakeups.Add(1)
 		}
 		for {
-			spin := p.spinning(n)
+			spin := p.spinning(p.news(n, woke))
 			if !spin && !(yield && n > 0) {
 				break
 			}
 			runtime.Gosched() // let the goroutines just woken run on this P
-			if n, _, stop = p.poll(0); stop {
+			if n, woke, stop = p.poll(0); stop {
 				return
 			}
 			if spin && n > 0 {
@@ -255,7 +255,7 @@ func (p *poller) runNested(f *os.File) {
 			if n == len(p.events) {
 				continue // more may be pending
 			}
-			if p.spinning(n) {
+			if p.spinning(p.news(n, woke)) {
 				runtime.Gosched()
 				spun = true
 				continue
@@ -268,6 +268,20 @@ func (p *poller) runNested(f *os.File) {
 	if err != nil || !stopped {
 		panic("netpoll: nested poller stopped without being asked: " + errString(err))
 	}
+}
+
+// news is how many of a poll's n events, of which woke woke a goroutine,
+// tell the spin policy that traffic goes on. A LevelTriggered poller
+// reports a ready fd at every poll until it is read or disarmed: events
+// that woke nobody there are repeats, such as a listener kept readable
+// while its acceptor backs off out of fds, and must not keep the poller
+// spinning (TestFaultAcceptOutOfFDs). In the other modes each event is a
+// new edge.
+func (p *poller) news(n, woke int) int {
+	if p.mode == LevelTriggered {
+		return woke
+	}
+	return n
 }
 
 // spinning reports, after a poll that returned n events, whether the loop
