@@ -274,29 +274,9 @@ func metrics(line string) map[string]float64 {
 	return m
 }
 
-// median returns the median of unit over the results of cfg in cell c,
-// and whether there were any.
-func median(rs []result, cfg string, c cell, unit string) (float64, bool) {
-	return medianOf(rs, unit, func(r result) bool {
-		return r.labels["cfg"] == cfg && r.labels["conns"] == strconv.Itoa(c.conns) && r.labels["size"] == strconv.Itoa(c.size)
-	})
-}
-
 // medianOf returns the median of unit over the results that match, and
 // whether there were any.
 func medianOf(rs []result, unit string, match func(result) bool) (float64, bool) {
-	var vs []float64
-	for _, r := range rs {
-		if v, ok := r.metrics[unit]; ok && match(r) {
-			vs = append(vs, v)
-		}
-	}
-	if len(vs) == 0 {
-		return 0, false
-	}
-	slices.Sort(vs)
-	if len(vs)%2 == 1 {
-		return vs[len(vs)/2], true
-	}
-	return (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2, true
+	vs := samplesOf(rs, unit, match)
+	return med(vs), len(vs) > 0
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -57,11 +58,7 @@ func summarize(rs []result, srvs []server, cells []cell) []cellSummary {
 		for _, s := range srvs {
 			match := func(r result) bool { return r.labels["cfg"] == s.name && c.matches(r) }
 			row := summaryRow{cfg: s.name, p50: math.NaN(), p99: math.NaN(), cpu: math.NaN(), sys: math.NaN()}
-			for _, r := range rs {
-				if v, ok := r.metrics["ns/op"]; ok && v > 0 && match(r) {
-					row.rps = append(row.rps, 1e9/v)
-				}
-			}
+			row.rps = perSecond(positive(samplesOf(rs, "ns/op", match)))
 			row.n = len(row.rps)
 			row.missing = row.n == 0
 			for unit, dst := range map[string]*float64{"p50-ns": &row.p50, "p99-ns": &row.p99, "server-cpu-ns/op": &row.cpu, "syscalls/op": &row.sys} {
@@ -154,7 +151,7 @@ func leaders(rows []summaryRow) string {
 		return ""
 	}
 	byRPS := slices.Clone(ok)
-	slices.SortFunc(byRPS, func(a, b summaryRow) int { return cmpFloat(med(b.rps), med(a.rps)) })
+	slices.SortFunc(byRPS, func(a, b summaryRow) int { return cmp.Compare(med(b.rps), med(a.rps)) })
 	s := fmt.Sprintf("most req/s: %s (%.2fx %s)", byRPS[0].cfg, med(byRPS[0].rps)/med(byRPS[1].rps), byRPS[1].cfg)
 	var withCPU []summaryRow
 	for _, r := range ok {
@@ -163,20 +160,10 @@ func leaders(rows []summaryRow) string {
 		}
 	}
 	if len(withCPU) >= 2 {
-		slices.SortFunc(withCPU, func(a, b summaryRow) int { return cmpFloat(a.cpu, b.cpu) })
+		slices.SortFunc(withCPU, func(a, b summaryRow) int { return cmp.Compare(a.cpu, b.cpu) })
 		s += fmt.Sprintf("; least CPU/req: %s (%.2fx %s)", withCPU[0].cfg, withCPU[0].cpu/withCPU[1].cpu, withCPU[1].cfg)
 	}
 	return s
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // fmtMicros formats ns as µs; NaN is missing.
@@ -194,7 +181,7 @@ func fmtCount(v float64) string {
 	return fmt.Sprintf("%.2f", v)
 }
 
-// med is the median of vs (which it sorts); NaN when empty.
+// med is the median of vs; NaN when empty.
 func med(vs []float64) float64 {
 	if len(vs) == 0 {
 		return math.NaN()
