@@ -67,7 +67,7 @@ func round3(ns int64) time.Duration {
 
 // writeBench writes r as go test does a benchmark, so that benchstat reads
 // it: the configuration lines, then one line whose iterations are the
-// requests and whose extra metrics are the latency percentiles, the CPU
+// requests and whose extra metrics are the latency percentiles and maximum, the CPU
 // per request, and the failures, in total and by kind when there are some.
 func writeBench(w io.Writer, r *result) error {
 	bw := bufio.NewWriter(w)
@@ -76,8 +76,8 @@ func writeBench(w io.Writer, r *result) error {
 		fmt.Fprintf(bw, "cpu: %s\n", cpu)
 	}
 	l := r.Latency
-	fmt.Fprintf(bw, "%s\t%d\t%.1f ns/op\t%d p50-ns\t%d p90-ns\t%d p99-ns\t%d p99.9-ns\t%d p99.99-ns",
-		r.Name, r.Requests, r.NsPerOp, l.P50, l.P90, l.P99, l.P999, l.P9999)
+	fmt.Fprintf(bw, "%s\t%d\t%.1f ns/op\t%d p50-ns\t%d p90-ns\t%d p99-ns\t%d p99.9-ns\t%d p99.99-ns\t%d max-ns",
+		r.Name, r.Requests, r.NsPerOp, l.P50, l.P90, l.P99, l.P999, l.P9999, l.Max)
 	if r.ClientCPUNsPerOp != nil {
 		fmt.Fprintf(bw, "\t%.0f client-cpu-ns/op", *r.ClientCPUNsPerOp)
 	}

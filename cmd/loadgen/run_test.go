@@ -167,7 +167,7 @@ func TestRunBench(t *testing.T) {
 	if n <= 0 {
 		t.Errorf("%d requests, want some", n)
 	}
-	for _, unit := range []string{"ns/op", "p50-ns", "p90-ns", "p99-ns", "p99.9-ns", "p99.99-ns", "client-cpu-ns/op", "server-cpu-ns/op", "ctxsw/op", "errors"} {
+	for _, unit := range []string{"ns/op", "p50-ns", "p90-ns", "p99-ns", "p99.9-ns", "p99.99-ns", "max-ns", "client-cpu-ns/op", "server-cpu-ns/op", "ctxsw/op", "errors"} {
 		if _, ok := metrics[unit]; !ok {
 			t.Errorf("no %s in %q", unit, lines[len(lines)-1])
 		}

@@ -96,22 +96,41 @@ var httpConfigs = []string{"net", "et", "oneshot", "lt", "spin", "auto", "et-nos
 // defaultHTTPConfigs are those of the default run.
 var defaultHTTPConfigs = []string{"net", "et", "auto"}
 
-// cell is one load shape: the protocol ("" or "echo": framed echo of size
-// bytes; "http": net/http plaintext GET over keep-alive), connections,
-// message size, and the total rate of an open loop (requests/s; 0 runs a
-// closed loop).
+// cell is one load shape and where its server runs: the protocol ("" or
+// "echo": framed echo of size bytes; "http": net/http plaintext GET over
+// keep-alive), connections, message size, the total rate of an open loop
+// (requests/s; 0 runs a closed loop), whether the server and the load
+// generator run unpinned (GOMAXPROCS = the machine's CPUs, as servers
+// normally run; otherwise pinned to CPUs of their own when the run pins),
+// and the server's CPU quota in CPUs (a cgroup; 0 for none).
 type cell struct {
 	proto       string
 	conns, size int
 	rate        float64
+	unpinned    bool
+	quota       float64
 }
 
 func (c cell) http() bool { return c.proto == "http" }
 
+// String is the cell's labels as in benchmark names.
 func (c cell) String() string {
 	s := fmt.Sprintf("conns=%d/size=%d", c.conns, c.size)
 	if c.http() {
 		s = fmt.Sprintf("proto=http/conns=%d", c.conns)
+	}
+	return s + c.setting()
+}
+
+// setting is the labels that set the cell apart from the plain pinned
+// closed loop: pin=off, quota=, rate=.
+func (c cell) setting() string {
+	var s string
+	if c.unpinned {
+		s += "/pin=off"
+	}
+	if c.quota > 0 {
+		s += "/quota=" + strconv.FormatFloat(c.quota, 'f', -1, 64)
 	}
 	if c.rate > 0 {
 		s += "/rate=" + rateLabel(c.rate)
@@ -125,17 +144,81 @@ func (c cell) title() string {
 	if c.conns == 1 {
 		conns = "1 conn"
 	}
+	t := fmt.Sprintf("echo, %s, %d B", conns, c.size)
 	if c.http() {
-		return "net/http plaintext, keep-alive, " + conns
+		t = "net/http plaintext, keep-alive, " + conns
 	}
-	return fmt.Sprintf("echo, %s, %d B", conns, c.size)
+	switch {
+	case c.unpinned:
+		t += ", unpinned"
+	case c.quota > 0:
+		t += fmt.Sprintf(", quota %s CPU", strconv.FormatFloat(c.quota, 'f', -1, 64))
+	}
+	if c.rate > 0 {
+		t += ", open loop " + rateLabel(c.rate) + " req/s"
+	}
+	return t
 }
 
-// matches reports whether r was measured in c (closed loop).
+// matches reports whether r was measured in c.
 func (c cell) matches(r result) bool {
 	proto := r.labels["proto"]
 	if c.http() != (proto == "http") || r.labels["conns"] != strconv.Itoa(c.conns) {
 		return false
 	}
-	return c.http() || r.labels["size"] == strconv.Itoa(c.size)
+	if !c.http() && r.labels["size"] != strconv.Itoa(c.size) {
+		return false
+	}
+	want := labels("Benchmark" + c.setting() + "\t")
+	for _, k := range []string{"pin", "quota", "rate"} {
+		if r.labels[k] != want[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// short names the cell in the verdict's one column: "echo, 1 conn",
+// "http, 50 conns, unpinned", "echo, 1 conn, quota 0.5", "echo @2000/s".
+func (c cell) short() string {
+	s := fmt.Sprintf("%d conns", c.conns)
+	if c.conns == 1 {
+		s = "1 conn"
+	}
+	if c.size != 64 && !c.http() {
+		s += fmt.Sprintf(", %d B", c.size)
+	}
+	s = "echo, " + s
+	if c.http() {
+		s = "http" + strings.TrimPrefix(s, "echo")
+	}
+	switch {
+	case c.unpinned:
+		s += ", unpinned"
+	case c.quota > 0:
+		s += ", quota " + strconv.FormatFloat(c.quota, 'f', -1, 64)
+	}
+	if c.rate > 0 {
+		s += ", open loop " + rateLabel(c.rate) + "/s"
+	}
+	return s
+}
+
+// fileName is the cell in plot file names: conns1-size64, http-conns50,
+// conns1-size64-unpinned, conns1-size64-quota0.5.
+func (c cell) fileName() string {
+	s := fmt.Sprintf("conns%d-size%d", c.conns, c.size)
+	if c.http() {
+		s = fmt.Sprintf("http-conns%d", c.conns)
+	}
+	if c.unpinned {
+		s += "-unpinned"
+	}
+	if c.quota > 0 {
+		s += "-quota" + strconv.FormatFloat(c.quota, 'f', -1, 64)
+	}
+	if c.rate > 0 {
+		s += "-rate" + rateLabel(c.rate)
+	}
+	return s
 }

@@ -7,15 +7,18 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 )
 
 // htmlReport is what report.html shows. Every part may be empty: it then
 // shows a note that it did not run.
 type htmlReport struct {
 	Title      string
-	Machine    []string // the calibration lines, before and after the run
+	Machine    []string // the machine and its calibration, before and after the run, once
 	Warnings   []string // shown above everything, e.g. that the host changed speed
-	Summary    string   // the per-cell summary lines
+	Notes      []string // cells left out and why, -compare notes
+	Failures   []string // measurements that failed
+	Blocks     []block  // the verdict first, then each cell, then idle memory: tables
 	Plots      []string // SVG files: each cell's latency spectrum, throughput, CPU per request, ...
 	Frontier   []string // SVG files of the open-loop sweep: the frontier and the utilisation
 	Herd       string   // the herd table
@@ -29,9 +32,19 @@ type htmlReport struct {
 func writeHTML(path string, r htmlReport) error {
 	page := struct {
 		htmlReport
+		Verdict                *htmlTable
+		Cells                  []htmlTable
 		PlotFigs, FrontierFigs []htmlFigure
 		Tables                 []string
 	}{htmlReport: r, PlotFigs: inlineFigures(r.Plots), FrontierFigs: inlineFigures(r.Frontier)}
+	for _, b := range r.Blocks {
+		t := newHTMLTable(b)
+		if b.id == "verdict" {
+			page.Verdict = &t
+			continue
+		}
+		page.Cells = append(page.Cells, t)
+	}
 	if page.Title == "" {
 		page.Title = "netpollbench report"
 	}
@@ -48,6 +61,45 @@ func writeHTML(path string, r htmlReport) error {
 	}
 	return os.WriteFile(path, b.Bytes(), 0o644)
 }
+
+// htmlTable is a block for the page: cells classed by what they say (a
+// verdict word colours its cell; numbers align right).
+type htmlTable struct {
+	block
+	Rows [][]htmlCell
+}
+
+type htmlCell struct {
+	Text, Class string
+}
+
+func newHTMLTable(b block) htmlTable {
+	t := htmlTable{block: b}
+	for _, r := range b.rows {
+		var row []htmlCell
+		for i, c := range r {
+			class := "num"
+			if i < b.left || (i < len(b.head) && strings.HasPrefix(b.head[i], "vs ")) {
+				class = "text"
+			}
+			for _, w := range []string{verdictWins, verdictLoses, verdictLevel, verdictUnresolved} {
+				if strings.HasSuffix(c, " "+w) || strings.Contains(c, " "+w+" ") {
+					class += " " + w
+				}
+			}
+			row = append(row, htmlCell{c, class})
+		}
+		t.Rows = append(t.Rows, row)
+	}
+	return t
+}
+
+// ID, Title, Notes, Head and Foot are the block's, for the template.
+func (t htmlTable) ID() string      { return t.id }
+func (t htmlTable) Title() string   { return t.title }
+func (t htmlTable) Notes() []string { return t.notes }
+func (t htmlTable) Head() []string  { return t.head }
+func (t htmlTable) Foot() []string  { return t.foot }
 
 // htmlFigure is a plot for the page: its SVG markup, or why it is missing.
 type htmlFigure struct {
@@ -104,15 +156,28 @@ var reportPage = template.Must(template.New("report").Parse(`<!DOCTYPE html>
 body { font-family: sans-serif; margin: 1.5em auto; max-width: 1200px; padding: 0 1em; color: #222; background: #fff; }
 h1 { font-size: 1.5em; }
 h2 { font-size: 1.2em; border-bottom: 1px solid #ccc; padding-bottom: .2em; margin-top: 2em; }
+h3 { font-size: 1em; margin: 1.5em 0 .3em; }
 pre { background: #f6f6f6; padding: .6em; overflow-x: auto; font-size: 12px; line-height: 1.35; }
+.machine { margin: 0; padding: 0; list-style: none; font-size: 14px; }
 .warnings { border: 2px solid #c00; background: #fff0f0; padding: .2em 1em; }
 .warnings li { color: #900; font-weight: bold; }
 .missing { color: #666; font-style: italic; }
+.note { font-size: 13px; color: #444; margin: .2em 0; }
+table { border-collapse: collapse; font-size: 13px; margin: .4em 0; }
+th, td { padding: .2em .6em; border-bottom: 1px solid #e4e4e4; white-space: nowrap; }
+th { text-align: left; background: #f3f3f3; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.text { text-align: left; font-variant-numeric: tabular-nums; }
+td.wins { background: #e3f6e3; }
+td.loses { background: #fbe3e3; }
+td.level { background: #eef1f8; }
+td.unresolved { color: #666; }
 figure { margin: 1em 0; }
 figure svg { max-width: 100%; height: auto; display: block; }
 figcaption { font-size: 12px; color: #666; }
 .beside { display: flex; flex-wrap: wrap; gap: 1em; align-items: flex-start; }
 .beside > div { flex: 0 1 auto; max-width: 100%; }
+.scroll { overflow-x: auto; }
 </style>
 </head>
 <body>
@@ -122,14 +187,18 @@ figcaption { font-size: 12px; color: #666; }
 </ul></div>{{end}}
 
 <section id="calibration">
-<h2>Calibration</h2>
-{{if .Machine}}<pre>{{range .Machine}}{{.}}
-{{end}}</pre>{{else}}<p class="missing">Calibration: not run.</p>{{end}}
+{{if .Machine}}<ul class="machine">{{range .Machine}}
+<li>{{.}}</li>{{end}}
+</ul>{{else}}<p class="missing">Calibration: not run.</p>{{end}}
+{{range .Notes}}<p class="note">Note: {{.}}</p>
+{{end}}{{with .Failures}}<div class="warnings"><p>{{len .}} measurement(s) FAILED; they are missing below, and the run fails:</p><ul>{{range .}}
+<li>{{.}}</li>{{end}}
+</ul></div>{{end}}
 </section>
 
 <section id="summary">
-<h2>Summary</h2>
-{{if .Summary}}<pre>{{.Summary}}</pre>{{else}}<p class="missing">Summary: not run.</p>{{end}}
+{{with .Verdict}}{{template "table" .}}{{else}}<p class="missing">Summary: not run.</p>{{end}}
+{{range .Cells}}{{template "table" .}}{{end}}
 </section>
 
 <section id="plots">
@@ -158,6 +227,18 @@ figcaption { font-size: 12px; color: #666; }
 </section>
 </body>
 </html>
+{{define "table"}}<div class="block" id="{{.ID}}">
+{{if eq .ID "verdict"}}<h2>{{.Title}}</h2>{{else}}<h3>{{.Title}}</h3>{{end}}
+{{range .Notes}}<p class="note">{{.}}</p>
+{{end}}<div class="scroll"><table>
+<thead><tr>{{range .Head}}<th>{{.}}</th>{{end}}</tr></thead>
+<tbody>{{range .Rows}}
+<tr>{{range .}}<td class="{{.Class}}">{{.Text}}</td>{{end}}</tr>{{end}}
+</tbody>
+</table></div>
+{{range .Foot}}<p class="note">{{.}}</p>
+{{end}}</div>
+{{end}}
 {{define "figure"}}<figure>
 {{if .Missing}}<p class="missing">{{.Name}}: missing ({{.Missing}}).</p>{{else}}{{.SVG}}
 <figcaption>{{.Name}}</figcaption>{{end}}

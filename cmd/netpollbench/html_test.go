@@ -53,6 +53,7 @@ func TestHTML(t *testing.T) {
 	var ids []string
 	svgs := 0
 	text := map[string]string{} // section id -> its text
+	elems := map[string]int{}   // "section element" and "section td.class" -> count
 	var walk func(n *html.Node, section string)
 	walk = func(n *html.Node, section string) {
 		if n.Type == html.ElementNode {
@@ -62,6 +63,10 @@ func TestHTML(t *testing.T) {
 			}
 			if n.Data == "svg" {
 				svgs++
+			}
+			elems[section+" "+n.Data]++
+			for _, class := range strings.Fields(attr(n, "class")) {
+				elems[section+" "+n.Data+"."+class]++
 			}
 		}
 		if n.Type == html.TextNode && section != "" {
@@ -75,11 +80,23 @@ func TestHTML(t *testing.T) {
 	if !slices.Equal(ids, sectionIDs) {
 		t.Errorf("sections %q, want %q", ids, sectionIDs)
 	}
+	// The summary is tables, not preformatted text: the verdict and the
+	// three cells and idle memory, verdict words marked for colour.
+	if elems["summary table"] != 5 || elems["summary pre"] != 0 {
+		t.Errorf("summary: %d tables and %d <pre>, want 5 tables and no <pre>", elems["summary table"], elems["summary pre"])
+	}
+	for _, class := range []string{"td.wins", "td.loses", "td.level", "td.num"} {
+		if elems["summary "+class] == 0 {
+			t.Errorf("summary has no %s cell", class)
+		}
+	}
 	if want := len(r.Plots) + len(r.Frontier); svgs != want {
 		t.Errorf("%d inline <svg>, want %d", svgs, want)
 	}
 	for _, tt := range []struct{ section, want string }{
-		{"summary", r.Summary},
+		{"summary", "Verdict: netpoll's default"},
+		{"summary", "echo, 1 conn, quota 0.5"},
+		{"summary", "Idle connections"},
 		{"calibration", r.Machine[0]},
 		{"herd", "seed <ctxsw>"},
 		{"tables", "tables.txt"},
@@ -140,7 +157,7 @@ func fixedReport(t *testing.T, dir string) htmlReport {
 		t.Fatal(err)
 	}
 	c := cell{conns: 1, size: 64}
-	plots, err := drawPlots(dir, srvs, []cell{c}, fakeResults([]string{"net", "spin"}, c, 3))
+	plots, err := drawPlots(dir, &cellPlan{cell: c, srvs: srvs, rounds: 3}, fakeResults([]string{"net", "spin"}, c, 3))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,10 +172,11 @@ func fixedReport(t *testing.T, dir string) htmlReport {
 			swept = append(swept, r)
 		}
 	}
-	frontier, err := drawSweep(dir, &sweep{srvs: srvs, rates: []float64{2000, 0}, rounds: 3}, swept)
+	frontier, err := drawSweep(dir, &sweep{srvs: srvs, rates: []float64{2000, 0}, rounds: 3, shape: c}, swept)
 	if err != nil {
 		t.Fatal(err)
 	}
+	tb := syntheticTable(t)
 	if err := os.WriteFile(filepath.Join(dir, "tables.txt"), []byte("benchstat tables\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +184,7 @@ func fixedReport(t *testing.T, dir string) htmlReport {
 		Title:      "netpollbench <test> report",
 		Machine:    []string{"syscall-ns: 118", "cross-core-wakeup-roundtrip-us: 16.77"},
 		Warnings:   []string{"the host changed speed: syscall 118 ns before, 240 ns after"},
-		Summary:    "conns=1 size=64   req/s   p50\nnet           50000  20µs\nspin <fast>   80000  12µs & more",
+		Blocks:     summaryBlocks(tb, judge(tb, 2)),
 		Plots:      plots,
 		Frontier:   frontier,
 		Herd:       "pipe wakeall 100 waiters",

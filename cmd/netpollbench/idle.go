@@ -179,7 +179,7 @@ func raiseNoFile(need int) error {
 // idle starts s with args, as measure does, and measures row.conns idle
 // connections to it into row.
 func (r *runner) idle(ctx context.Context, s server, args []string, row *idleRow) error {
-	srv, err := r.start(ctx, r.bins[s.bin], args, s.env, idleLifetime)
+	srv, err := r.start(ctx, r.pin, r.bins[s.bin], args, s.env, idleLifetime)
 	if err != nil {
 		return err
 	}
@@ -333,42 +333,39 @@ func readRSS(pid int) (int64, error) {
 	return 0, fmt.Errorf("/proc/%d/status has no VmRSS: the server has exited", pid)
 }
 
-// writeIdle tabulates the rows, failed ones as missing, with the ratio of
-// each per-connection figure to net's.
-func writeIdle(w io.Writer, rows []idleRow) {
-	fmt.Fprintln(w, "Idle connections: server resident memory (VmRSS), a fresh server process per configuration.")
-	fmt.Fprintf(w, "Each connection echoes one %d-byte message and stays open, quiet. Per conn: (RSS all - RSS 1 conn) / (conns - 1).\n", idleMsgSize)
-	fmt.Fprintf(w, "echoserver configurations (net, netpoll) run with -buf %d, the bufio.Reader net/http keeps per connection,\n", idleEchoBuf)
-	fmt.Fprintln(w, "not their default 64 KiB. Peers run as they are. Kernel socket and epoll memory is not in RSS.")
-	fmt.Fprintln(w)
-	const format = "%-12s %6s %12s %12s %15s %8s"
-	fmt.Fprintf(w, format+"\n", "cfg", "conns", "RSS 1 conn", "RSS all", "per conn (KiB)", "vs net")
+// idleBlock tabulates the rows, failed ones as missing (their errors
+// under the table), with the ratio of each per-connection figure to net's.
+func idleBlock(rows []idleRow) block {
+	b := block{id: "idle", title: "Idle connections: server resident memory (VmRSS), a fresh server process per configuration, one sample each.",
+		notes: []string{
+			fmt.Sprintf("Each connection echoes one %d-byte message and stays open, quiet. Per conn: (RSS all - RSS 1 conn) / (conns - 1).", idleMsgSize),
+			fmt.Sprintf("echoserver configurations (net, netpoll) run with -buf %d, the bufio.Reader net/http keeps per connection, "+
+				"not their default 64 KiB. Peers run as they are. Kernel socket and epoll memory is not in RSS.", idleEchoBuf),
+		},
+		head: []string{"cfg", "conns", "RSS 1 conn", "RSS all", "per conn (KiB)", "vs net"}, left: 1}
 	var base *idleRow
 	for i := range rows {
 		if rows[i].cfg == "net" && rows[i].err == nil {
 			base = &rows[i]
 		}
 	}
-	var notes []string
 	for _, row := range rows {
 		conns := strconv.Itoa(row.conns)
 		if row.err != nil {
-			line := fmt.Sprintf(format, row.cfg, conns, "missing", "missing", "missing", "missing")
-			fmt.Fprintln(w, clip(line+"  "+strings.ReplaceAll(row.err.Error(), "\n", " | "), 120))
+			b.rows = append(b.rows, []string{row.cfg, conns, "missing", "missing", "missing", "missing"})
+			b.foot = append(b.foot, clip(row.cfg+": "+strings.ReplaceAll(row.err.Error(), "\n", " | "), summaryWidth))
 			continue
 		}
 		ratio := "missing"
 		if base != nil && base.perConn != 0 {
 			ratio = fmt.Sprintf("%.2fx", row.perConn/base.perConn)
 		}
-		fmt.Fprintf(w, format+"\n", row.cfg, conns, mib(row.rssBefore), mib(row.rssAfter), fmt.Sprintf("%.2f", row.perConn/1024), ratio)
+		b.rows = append(b.rows, []string{row.cfg, conns, mib(row.rssBefore), mib(row.rssAfter), fmt.Sprintf("%.2f", row.perConn/1024), ratio})
 		if len(row.unsettled) > 0 {
-			notes = append(notes, fmt.Sprintf("%s: RSS (%s) still moving after %v; the last reading is shown.", row.cfg, strings.Join(row.unsettled, ", "), rssBound))
+			b.foot = append(b.foot, fmt.Sprintf("%s: RSS (%s) still moving after %v; the last reading is shown.", row.cfg, strings.Join(row.unsettled, ", "), rssBound))
 		}
 	}
-	for _, n := range notes {
-		fmt.Fprintln(w, clip(n, 120))
-	}
+	return b
 }
 
 // idleLine is row as a benchmark line, "" for a failed row.

@@ -128,7 +128,7 @@ func TestNewIdleRow(t *testing.T) {
 func checkIdleTable(t *testing.T, rows []idleRow) string {
 	t.Helper()
 	var b strings.Builder
-	writeIdle(&b, rows)
+	writeBlock(&b, idleBlock(rows))
 	table := b.String()
 	for _, l := range strings.Split(table, "\n") {
 		if n := utf8.RuneCountInString(l); n > 120 {

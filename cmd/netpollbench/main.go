@@ -1,29 +1,30 @@
-// Command netpollbench runs the comparison: each configuration (package net,
-// netpoll's modes, its spinning poller (spin=forever) and adaptive spin
-// policy (spin=auto), the peer libraries gnet, nbio and cloudwego/netpoll,
-// and a C epoll reference) as a separate echo server process under
-// cmd/loadgen, interleaved round by round so that drift hits all alike,
-// plus the thundering-herd experiment. It writes the raw benchmark lines,
-// benchstat tables and SVG plots into an output directory and prints the
-// tables.
+// Command netpollbench runs the comparison and says first whether
+// netpoll's default beats package net. It measures the machine (a syscall,
+// wakeup round trips on one CPU and across two), then a plan of cells: echo
+// at 1 and 50 connections with the server pinned to one CPU
+// (GOMAXPROCS=1) and the load generator on another, the same unpinned (as
+// servers normally run), net/http plaintext over keep-alive, echo under a
+// CPU quota (a cgroup of 0.5 CPU, the tail and throttling measured), and
+// an open-loop sweep; then resident memory per idle connection and the
+// thundering-herd experiment. Every configuration (package net, netpoll's
+// modes, its spinning and adaptive pollers, the peers gnet, nbio and
+// cloudwego/netpoll, a C epoll reference, the patched runtime's rows) runs
+// as a separate server process under cmd/loadgen, once per round, in a
+// random order within the round (-seed), so the host's drift between
+// rounds cancels in the within-round ratios.
 //
-// The open-loop sweep (-sweep, on by default) measures net, et, auto, spin,
-// gnet and c on one connection of 64-byte echoes at each of -rates
-// (requests/s, latency from the intended send time) and in the closed
-// loop, whose lines it takes from the main matrix's 1-conn, 64 B cell when
-// there is one. It reports p50, p99, server CPU per request and server CPU
-// utilisation (sweep.txt, sweep-tables.txt, rows rate, columns
-// configuration) and plots the frontier, CPU per request against p50
-// latency (sweep-frontier.svg), and the utilisation against the offered
-// load (sweep-utilisation.svg).
+// The verdict (paired.go, verdict.go) compares each configuration with net
+// and the best peer on each cell's measure: req/s where the server is the
+// bottleneck, server CPU per request where the load generator or the
+// machine is saturated or the loop is open, p99.9 under a quota. It prints
+// the summary (summary.txt), writes the benchstat tables, plots and one
+// self-contained report.html into the output directory, and exits
+// non-zero if a measurement failed.
 //
-//	go run ./cmd/netpollbench              # about three minutes, the sweep about 80 s of them
+//	go run ./cmd/netpollbench              # about five minutes on 2 CPUs
 //	go run ./cmd/netpollbench -full        # the whole matrix
 //	go run ./cmd/netpollbench -compare out/OLD
-//	go run ./cmd/netpollbench -rates 1000,5000,closed -sweep-rounds 6
-//
-// With taskset and two or more CPUs, servers run on CPU 0 and the load
-// generator on CPU 1 (a server pinned alone runs with GOMAXPROCS=1).
+//	go run ./cmd/netpollbench -configs net,auto -conns 1 -http none -quota 0 -sweep=false -idle 0 -herd=false
 package main
 
 import (
@@ -35,12 +36,15 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"math"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/edgepoll/edgepoll/internal/cpuquota"
 )
 
 func main() {
@@ -54,24 +58,71 @@ func main() {
 }
 
 type options struct {
-	out         string
-	configs     []string
-	cells       []cell
-	rounds      int
-	duration    time.Duration
-	warmup      time.Duration
-	herd        bool
-	sweep       bool      // run the open-loop sweep
-	rates       []float64 // the sweep's rates, ascending, the closed loop (0) last
-	sweepRounds int
-	full        bool
-	compare     string
-	pin         string
-	http        []string // configurations measured with net/http too
-	httpCells   []cell
-	idle        int    // idle connections for the memory experiment; 0: off
-	rtGoroot    string // the patched toolchain, when the runtime's rows run
+	out           string
+	configs       []string
+	shapes        []cell // echo's closed-loop shapes: -conns × -sizes
+	httpConns     []int  // net/http's cells, when -http names configurations
+	http          []string
+	rounds        int
+	duration      time.Duration
+	warmup        time.Duration
+	pinned        bool // the run pins: server on CPU 0, load generator on CPU 1
+	unpinned      bool // also the unpinned cells (when the run pins)
+	quota         float64
+	quotaRounds   int
+	quotaDuration time.Duration
+	quotaWarmup   time.Duration
+	herd          bool
+	sweep         bool      // run the open-loop sweep
+	rates         []float64 // the sweep's rates, ascending, the closed loop (0) last
+	sweepRounds   int
+	full          bool
+	compare       string
+	idle          int    // idle connections for the memory experiment; 0: off
+	rtGoroot      string // the patched toolchain, when the runtime's rows run
+	seed          uint64 // the order within rounds
 }
+
+// runDefaults are the values a run takes when a flag is not given: one
+// set for the default run, one for -full. The help text is made from them.
+type runDefaults struct {
+	configs       []string
+	rtConfigs     []string // the runtime's rows, when the patched toolchain is built
+	conns, sizes  string
+	rounds        int
+	duration      time.Duration
+	warmup        time.Duration
+	sweepRounds   int
+	quotaRounds   int
+	quotaDuration time.Duration
+	quotaWarmup   time.Duration
+}
+
+var (
+	// The default run: the configurations the verdict needs (package net,
+	// netpoll's defaults, the same without spinning, the best peer of
+	// recorded runs) with enough rounds for the paired interval, within
+	// about 5 minutes on 2 CPUs. -full runs the whole matrix.
+	defaults = runDefaults{
+		configs:   []string{"net", "auto", "et", "gnet"},
+		rtConfigs: []string{"rt-none", "rt-spinauto", "rt-shortread"},
+		conns:     "1,50", sizes: "64",
+		rounds: 8, duration: 400 * time.Millisecond, warmup: 150 * time.Millisecond,
+		sweepRounds: 5,
+		quotaRounds: 5, quotaDuration: 3 * time.Second, quotaWarmup: 500 * time.Millisecond,
+	}
+	fullDefaults = runDefaults{
+		configs:   []string{"net", "et", "oneshot", "lt", "spin", "auto", "gnet", "nbio", "cloudwego", "c"},
+		rtConfigs: []string{"rt-none", "rt-oneshot", "rt-spin50", "rt-spinauto", "rt-shards4", "rt-shortread"},
+		conns:     "1,50,1000", sizes: "64,4096",
+		rounds: 10, duration: 2 * time.Second, warmup: 500 * time.Millisecond,
+		sweepRounds: 6,
+		quotaRounds: 6, quotaDuration: 5 * time.Second, quotaWarmup: time.Second,
+	}
+)
+
+// both describes a default and -full's: "4 (-full: 6)".
+func both[T any](def, full T) string { return fmt.Sprintf("%v; -full: %v", def, full) }
 
 func run(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -86,40 +137,48 @@ func run(args []string, stdout, stderr io.Writer) error {
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs := flag.NewFlagSet("netpollbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	d, f := defaults, fullDefaults
 	o := &options{}
 	fs.StringVar(&o.out, "out", "", "output directory (default out/<time>)")
-	configs := fs.String("configs", "", "comma-separated configurations (default: "+strings.Join(defaultConfigs, ",")+"; -full: all)")
-	conns := fs.String("conns", "", "comma-separated connection counts (default 1,50; -full: 1,50,1000)")
-	sizes := fs.String("sizes", "", "comma-separated message sizes, at least 16 (default 64; -full: 64,4096)")
-	fs.IntVar(&o.rounds, "rounds", 0, "rounds, each measuring every configuration and cell once (default 4; -full: 6)")
-	fs.DurationVar(&o.duration, "duration", 0, "measured time per measurement (default 1s; -full: 3s)")
-	fs.DurationVar(&o.warmup, "warmup", 0, "warm-up per measurement, not measured (default 300ms; -full: 1s)")
+	configs := fs.String("configs", "", "comma-separated configurations (default "+both(strings.Join(d.configs, ","), strings.Join(f.configs, ","))+
+		"; and the runtime's rows "+both(strings.Join(d.rtConfigs, ","), strings.Join(f.rtConfigs, ","))+" when the patched toolchain is built)")
+	conns := fs.String("conns", "", "comma-separated connection counts (default "+both(d.conns, f.conns)+")")
+	sizes := fs.String("sizes", "", "comma-separated message sizes, at least 16 (default "+both(d.sizes, f.sizes)+")")
+	fs.IntVar(&o.rounds, "rounds", 0, "rounds, each measuring every configuration in every closed-loop cell once, in a random order, after a discarded warm-up round (default "+both(d.rounds, f.rounds)+")")
+	fs.DurationVar(&o.duration, "duration", 0, "measured time per measurement (default "+both(d.duration, f.duration)+")")
+	fs.DurationVar(&o.warmup, "warmup", 0, "warm-up per measurement, not measured (default "+both(d.warmup, f.warmup)+")")
+	pin := fs.String("pin", "auto", "pin server to CPU 0 (GOMAXPROCS=1) and load generator to CPU 1 in the pinned cells: auto (with taskset and 2 CPUs), on or off (every cell unpinned)")
+	fs.BoolVar(&o.unpinned, "unpinned", true, "also measure echo unpinned (GOMAXPROCS = the machine's CPUs, as servers normally run), beside the pinned cells")
+	fs.Float64Var(&o.quota, "quota", 0.5, "the quota cell: echo, 1 conn, the server pinned and in a cgroup limited to this many CPUs, for "+strings.Join(quotaConfigs, ", ")+"; 0 skips it")
+	fs.IntVar(&o.quotaRounds, "quota-rounds", 0, "rounds of the quota cell (default "+both(d.quotaRounds, f.quotaRounds)+")")
+	fs.DurationVar(&o.quotaDuration, "quota-duration", 0, "measured time per measurement in the quota cell, long enough for its tail (default "+both(d.quotaDuration, f.quotaDuration)+")")
 	fs.BoolVar(&o.herd, "herd", true, "also run the thundering-herd experiment")
 	fs.BoolVar(&o.sweep, "sweep", true, "also run the open-loop sweep: 1 conn, 64 B, at each of -rates, for those of "+strings.Join(sweepConfigs, ", ")+" among -configs")
 	rates := fs.String("rates", "2000,10000,closed", "sweep: comma-separated offered loads in requests/s; 0 or closed for the closed loop")
-	fs.IntVar(&o.sweepRounds, "sweep-rounds", 0, "sweep rounds, each measuring every configuration at every rate once (default 3; -full: 6)")
+	fs.IntVar(&o.sweepRounds, "sweep-rounds", 0, "sweep rounds (default "+both(d.sweepRounds, f.sweepRounds)+")")
 	fs.BoolVar(&o.full, "full", false, "run the whole matrix")
 	fs.StringVar(&o.compare, "compare", "", "an earlier output directory to compare with")
-	fs.StringVar(&o.pin, "pin", "auto", "pin server to CPU 0 and load generator to CPU 1: auto, on or off")
-	httpFlag := fs.String("http", "", "comma-separated configurations also measured serving net/http plaintext over keep-alive at each of -conns, among "+strings.Join(httpConfigs, ", ")+", or none (default "+strings.Join(defaultHTTPConfigs, ",")+"; -full: all of them among -configs)")
-	rt := fs.String("runtime", "auto", "rows for the patched runtime (runtime_patch/build.sh) under each GODEBUG setting, package net's servers: auto (when the toolchain is built), on or off")
+	httpFlag := fs.String("http", "", "comma-separated configurations also measured serving net/http plaintext over keep-alive at each of -conns, among "+strings.Join(httpConfigs, ", ")+
+		", or none (default "+strings.Join(defaultHTTPConfigs, ",")+" and the runtime's rows of the run; -full: all of them among -configs)")
+	rt := fs.String("runtime", "auto", "rows for the patched runtime (runtime_patch/build.sh) under GODEBUG settings, package net's servers: auto (when the toolchain is built), on or off")
 	fs.IntVar(&o.idle, "idle", 10000, "idle connections held open to measure each server's resident memory per connection; 0 skips it")
+	fs.Uint64Var(&o.seed, "seed", 0, "seed of the order within rounds (default: from the clock; raw.txt records it)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	pick := func(flagVal string, def, full string) string {
-		switch {
-		case flagVal != "":
+	if o.full {
+		d = f
+	}
+	pick := func(flagVal, def string) string {
+		if flagVal != "" {
 			return flagVal
-		case o.full:
-			return full
 		}
 		return def
 	}
-	o.configs = strings.Split(pick(*configs, strings.Join(defaultConfigs, ","), strings.Join(fullConfigs, ",")), ",")
+	o.configs = strings.Split(pick(*configs, strings.Join(d.configs, ",")), ",")
 	goroot := patchedGoroot()
 	switch *rt {
 	case "off":
@@ -128,9 +187,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 			return nil, fmt.Errorf("-runtime on: no patched toolchain at %s: build it with runtime_patch/build.sh", patchedGorootPath())
 		}
 		if goroot != "" && *configs == "" {
-			for _, s := range runtimeServers {
-				o.configs = append(o.configs, s.name)
-			}
+			o.configs = append(o.configs, d.rtConfigs...)
 		}
 	default:
 		return nil, fmt.Errorf("bad -runtime %q: want auto, on or off", *rt)
@@ -141,29 +198,28 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		}
 		o.rtGoroot = goroot
 	}
-	cs, err := ints("conns", pick(*conns, "1,50", "1,50,1000"), 1)
+	cs, err := ints("conns", pick(*conns, d.conns), 1)
 	if err != nil {
 		return nil, err
 	}
-	ss, err := ints("sizes", pick(*sizes, "64", "64,4096"), 16)
+	ss, err := ints("sizes", pick(*sizes, d.sizes), 16)
 	if err != nil {
 		return nil, err
 	}
 	for _, c := range cs {
 		for _, s := range ss {
-			o.cells = append(o.cells, cell{conns: c, size: s})
+			o.shapes = append(o.shapes, cell{conns: c, size: s})
 		}
 	}
-	fullHTTP := slices.DeleteFunc(slices.Clone(httpConfigs), func(n string) bool { return !slices.Contains(o.configs, n) })
+	fullHTTP := keepNames(httpConfigs, o.configs)
 	defHTTP := slices.Clone(defaultHTTPConfigs)
 	if o.rtGoroot != "" {
-		for _, s := range runtimeServers {
-			if slices.Contains(o.configs, s.name) {
-				defHTTP = append(defHTTP, s.name)
-			}
-		}
+		defHTTP = append(defHTTP, keepNames(d.rtConfigs, o.configs)...)
 	}
-	switch h := pick(*httpFlag, strings.Join(defHTTP, ","), strings.Join(fullHTTP, ",")); h {
+	if o.full {
+		defHTTP = fullHTTP
+	}
+	switch h := pick(*httpFlag, strings.Join(defHTTP, ",")); h {
 	case "none", "":
 	default:
 		o.http = strings.Split(h, ",")
@@ -176,12 +232,9 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 			}
 		}
 		// The default list keeps those of the run's configurations.
-		o.http = slices.DeleteFunc(o.http, func(n string) bool { return !slices.Contains(o.configs, n) })
-		if len(o.http) == 0 {
-			break
-		}
-		for _, c := range cs {
-			o.httpCells = append(o.httpCells, cell{proto: "http", conns: c})
+		o.http = keepNames(o.http, o.configs)
+		if len(o.http) > 0 {
+			o.httpConns = cs
 		}
 	}
 	if o.idle < 0 {
@@ -190,17 +243,34 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if o.rates, err = parseRates(*rates); err != nil {
 		return nil, err
 	}
-	// The default run: every headline cell gets minSamples rounds after
-	// a warm-up round, in short measurements, within about 3 minutes.
-	setDefault(&o.rounds, minSamples, 10, o.full)
-	setDefault(&o.sweepRounds, 3, 6, o.full)
-	setDefault(&o.duration, 400*time.Millisecond, 2*time.Second, o.full)
-	setDefault(&o.warmup, 150*time.Millisecond, 500*time.Millisecond, o.full)
-	if o.rounds < 1 || o.sweepRounds < 1 || o.duration <= 0 || o.warmup < 0 {
-		return nil, fmt.Errorf("bad -rounds %d, -sweep-rounds %d, -duration %v or -warmup %v", o.rounds, o.sweepRounds, o.duration, o.warmup)
+	setDefault(&o.rounds, d.rounds)
+	setDefault(&o.sweepRounds, d.sweepRounds)
+	setDefault(&o.duration, d.duration)
+	setDefault(&o.warmup, d.warmup)
+	setDefault(&o.quotaRounds, d.quotaRounds)
+	setDefault(&o.quotaDuration, d.quotaDuration)
+	o.quotaWarmup = d.quotaWarmup
+	if o.rounds < 1 || o.sweepRounds < 1 || o.quotaRounds < 1 || o.duration <= 0 || o.quotaDuration <= 0 || o.warmup < 0 {
+		return nil, fmt.Errorf("bad -rounds %d, -sweep-rounds %d, -quota-rounds %d, -duration %v, -quota-duration %v or -warmup %v",
+			o.rounds, o.sweepRounds, o.quotaRounds, o.duration, o.quotaDuration, o.warmup)
 	}
-	if o.pin != "auto" && o.pin != "on" && o.pin != "off" {
-		return nil, fmt.Errorf("bad -pin %q: want auto, on or off", o.pin)
+	if o.quota < 0 || math.IsNaN(o.quota) || math.IsInf(o.quota, 0) {
+		return nil, fmt.Errorf("bad -quota %v: want a number of CPUs, or 0", o.quota)
+	}
+	switch *pin {
+	case "on":
+		if !hasTaskset() {
+			return nil, errors.New("-pin on needs taskset (util-linux)")
+		}
+		o.pinned = true
+	case "auto":
+		o.pinned = runtime.NumCPU() >= 2 && hasTaskset()
+	case "off":
+	default:
+		return nil, fmt.Errorf("bad -pin %q: want auto, on or off", *pin)
+	}
+	if o.seed == 0 {
+		o.seed = uint64(time.Now().UnixNano())
 	}
 	if o.out == "" {
 		o.out = filepath.Join("out", time.Now().Format("20060102-150405"))
@@ -214,14 +284,15 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	return o, nil
 }
 
-func setDefault[T comparable](v *T, def, full T, isFull bool) {
+// keepNames returns the names of names that are among of, in order.
+func keepNames(names, of []string) []string {
+	return slices.DeleteFunc(slices.Clone(names), func(n string) bool { return !slices.Contains(of, n) })
+}
+
+func setDefault[T comparable](v *T, def T) {
 	var zero T
-	if *v != zero {
-		return
-	}
-	*v = def
-	if isFull {
-		*v = full
+	if *v == zero {
+		*v = def
 	}
 }
 
@@ -237,6 +308,8 @@ func ints(name, s string, least int) ([]int, error) {
 	return out, nil
 }
 
+// bench runs the pipeline: build, calibrate, plan, measure the plan into
+// the results table, calibrate again, render.
 func bench(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	srvs, err := pickServers(o.configs)
 	if err != nil {
@@ -249,114 +322,68 @@ func bench(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
-	r := &runner{opts: o, stderr: stderr}
-	r.pin = o.pin == "on" || (o.pin == "auto" && runtime.NumCPU() >= 2 && hasTaskset())
-	if o.pin == "on" && !hasTaskset() {
-		return errors.New("-pin on needs taskset (util-linux)")
-	}
-	r.perf = perfWorks()
+	r := &runner{opts: o, stderr: stderr, pin: o.pinned, perf: perfWorks()}
 	fmt.Fprintf(stderr, "netpollbench: output in %s; %s; %s\n", o.out, pinNote(r.pin), perfNote(r.perf))
 
-	// Calibration first: what the machine charges, before anything runs.
-	calStart, err := calibrate(pinNote(r.pin))
+	t := &table{seed: o.seed}
+	r.bins, srvs, t.skipped, err = build(ctx, root, filepath.Join(o.out, "bin"), srvs, o.herd, len(o.http) > 0, o.rtGoroot, stderr)
 	if err != nil {
+		return err
+	}
+	var quotaErr error
+	if o.quota > 0 {
+		quotaErr = quotaAvailable(o.quota)
+	}
+	t.plan = makePlan(o, srvs, t.skipped, quotaErr)
+	fmt.Fprintf(stderr, "netpollbench: %d cells, %d rounds, about %v of measurements\n", len(t.plan.cells), t.plan.rounds(), t.plan.duration().Round(time.Second))
+
+	// Calibration first: what the machine charges, before anything runs.
+	if t.calStart, err = calibrate(pinNote(r.pin)); err != nil {
 		return fmt.Errorf("calibration: %w", err)
 	}
-	r.cal = calStart
-	fmt.Fprintf(stdout, "Machine: %s\nPinning: %s\nCalibration before: %s\n", calStart.machine(), pinNote(r.pin), calStart)
-
-	var skipped []string
-	r.bins, srvs, skipped, err = build(ctx, root, filepath.Join(o.out, "bin"), srvs, o.herd, len(o.http) > 0, o.rtGoroot, stderr)
-	if err != nil {
+	r.cal = t.calStart
+	fmt.Fprintf(stderr, "Machine: %s\nCalibration before: %s\n", t.calStart.machine(), t.calStart)
+	if err := r.runPlan(ctx, t.plan, t); err != nil {
 		return err
 	}
-	raw, err := os.Create(filepath.Join(o.out, "raw.txt"))
-	if err != nil {
-		return err
-	}
-	defer raw.Close()
-	warm, err := os.Create(filepath.Join(o.out, "warmup.txt"))
-	if err != nil {
-		return err
-	}
-	defer warm.Close()
-	writeHeader(raw, calStart)
-	writeHeader(warm, calStart)
-	lines, failures, err := r.series(ctx, "", interleave(o.rounds, true, o.cells, srvs), nil, raw, warm)
-	if err != nil {
-		return err
-	}
-	httpSrvs := slices.DeleteFunc(slices.Clone(srvs), func(s server) bool { return !slices.Contains(o.http, s.name) })
-	if len(o.httpCells) > 0 && len(httpSrvs) > 0 {
-		// After the echo matrix, so the machine is warm: no warm-up round.
-		_, fails, err := r.series(ctx, "http ", interleave(o.rounds, false, o.httpCells, httpSrvs), nil, raw, nil)
-		if err != nil {
-			return err
-		}
-		failures = append(failures, fails...)
-	}
-
-	var sw *sweep
-	if o.sweep {
-		var fails []string
-		sw, fails, err = runSweep(ctx, r, srvs, skipped, lines)
-		if err != nil {
-			return err
-		}
-		failures = append(failures, fails...)
-	}
-	var herdRows []herdRow
-	if o.herd {
-		if herdRows, err = runHerd(ctx, r, o, stderr); err != nil {
-			failures = append(failures, "herd: "+err.Error())
-		}
-	}
-
-	var idleRows []idleRow
-	if o.idle > 0 {
-		// Not the runtime's rows: package net's server, whose memory per
-		// connection the GODEBUG settings do not change (net's row has it).
-		idleSrvs := slices.DeleteFunc(slices.Clone(srvs), func(s server) bool { return strings.HasPrefix(s.name, "rt-") })
-		rows, fails, err := runIdle(ctx, r, idleSrvs, o.idle)
-		if err != nil {
-			return err
-		}
-		idleRows = rows
-		failures = append(failures, fails...)
-		var b strings.Builder
-		writeHeader(&b, calStart)
-		for _, row := range rows {
-			if l := idleLine(row); l != "" {
-				b.WriteString(l + "\n")
-			}
-		}
-		if err := os.WriteFile(filepath.Join(o.out, "idle.txt"), []byte(b.String()), 0o644); err != nil {
-			return err
-		}
-	}
-
 	// Calibration last: if the host changed speed mid-run, say so.
-	calEnd, err := calibrate(pinNote(r.pin))
-	if err != nil {
+	if t.calEnd, err = calibrate(pinNote(r.pin)); err != nil {
 		return fmt.Errorf("calibration at the end: %w", err)
 	}
-	calEnd.writeConfig(raw, "calib-end-")
-	if err := raw.Close(); err != nil {
+	if err := appendCalibEnd(o.out, t.calEnd); err != nil {
 		return err
 	}
-	rep := reportInput{srvs: srvs, httpSrvs: httpSrvs, skipped: skipped, herd: herdRows, sweep: sw, idle: idleRows,
-		calStart: calStart, calEnd: calEnd, failures: failures}
-	if m := moved(calStart.figures(), calEnd.figures(), calibMovedFraction); len(m) > 0 {
-		rep.warnings = append(rep.warnings, fmt.Sprintf("THE HOST CHANGED SPEED DURING THE RUN: calibration moved by more than %.0f%%: %s. "+
+	if m := moved(t.calStart.figures(), t.calEnd.figures(), calibMovedFraction); len(m) > 0 {
+		t.warnings = append(t.warnings, fmt.Sprintf("THE HOST CHANGED SPEED DURING THE RUN: calibration moved by more than %.0f%%: %s. "+
 			"Compare only ratios within a round, and rerun.", calibMovedFraction*100, strings.Join(m, ", ")))
 	}
-	if err := report(ctx, root, o, rep, stdout, stderr); err != nil {
+	if err := report(ctx, root, o, t, stdout); err != nil {
 		return err
 	}
-	if len(failures) > 0 {
-		return fmt.Errorf("%d measurement(s) failed:\n%s", len(failures), strings.Join(failures, "\n"))
+	if len(t.failures) > 0 {
+		return fmt.Errorf("%d measurement(s) failed:\n%s", len(t.failures), strings.Join(t.failures, "\n"))
 	}
 	return nil
+}
+
+// appendCalibEnd records the closing calibration in raw.txt.
+func appendCalibEnd(dir string, cal calibration) error {
+	f, err := os.OpenFile(filepath.Join(dir, rawFile), os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	cal.writeConfig(f, "calib-end-")
+	return f.Close()
+}
+
+// quotaAvailable reports why no cgroup with a CPU quota can be made here,
+// or nil when one can.
+func quotaAvailable(frac float64) error {
+	g, err := cpuquota.New(frac)
+	if err != nil {
+		return err
+	}
+	return g.Close()
 }
 
 // patchedGorootPath is where runtime_patch/build.sh installs the patched

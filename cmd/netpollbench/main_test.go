@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,12 +18,13 @@ import (
 )
 
 // TestTiny runs netpollbench in a tiny configuration end to end: every
-// configuration produces a result per cell and round, benchstat's table
-// parses and has a column per configuration, the herd table has its rows,
-// the plots are written, and the sweep measures its configurations at
-// 2000 req/s and takes the closed loop from the main matrix's 1-conn cell.
-// The windows are long enough to get answers even with the machine loaded
-// by parallel test binaries.
+// configuration produces a result per cell and round, pinned and
+// unpinned, benchstat's table parses and has a column per configuration,
+// the quota cell counts its throttling, the herd table has its rows, the
+// plots are written, the summary starts with the verdict, and the sweep
+// measures its configurations at 2000 req/s and takes the closed loop from
+// the main matrix's 1-conn cell. The windows are long enough to get
+// answers even with the machine loaded by parallel test binaries.
 func TestTiny(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds every server and runs processes; skipped with -short")
@@ -40,7 +43,7 @@ func TestTiny(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	err = run([]string{"-out", out, "-configs", strings.Join(configs, ","), "-conns", "1,4", "-sizes", "64",
 		"-rounds", "2", "-duration", "600ms", "-warmup", "200ms", "-rates", "2000,closed", "-sweep-rounds", "1",
-		"-http", "net", "-idle", "20"}, &stdout, &stderr)
+		"-http", "net", "-idle", "20", "-quota-rounds", "1", "-quota-duration", "1s"}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
 	}
@@ -52,19 +55,25 @@ func TestTiny(t *testing.T) {
 	if strings.Contains(stderr.String(), "no C compiler") {
 		ran = configs[:len(configs)-1] // the C reference is skipped, and says so
 	}
+	placements := []string{"", "off"} // pinned and unpinned
+	if strings.Contains(stderr.String(), "not pinned") {
+		placements = []string{"off"}
+	}
 	for _, cfg := range ran {
 		for _, conns := range []string{"1", "4"} {
-			n := 0
-			for _, r := range rs {
-				if r.labels["cfg"] == cfg && r.labels["conns"] == conns && r.labels["proto"] != "http" {
-					n++
-					if r.metrics["ns/op"] <= 0 || r.metrics["errors"] != 0 {
-						t.Errorf("%s conns=%s: ns/op %v, errors %v", cfg, conns, r.metrics["ns/op"], r.metrics["errors"])
+			for _, pin := range placements {
+				var rounds []int
+				for _, r := range rs {
+					if r.labels["cfg"] == cfg && r.labels["conns"] == conns && r.labels["pin"] == pin && r.labels["proto"] != "http" {
+						rounds = append(rounds, r.round)
+						if r.metrics["ns/op"] <= 0 || r.metrics["errors"] != 0 || r.metrics["client-cpu-ns/op"] <= 0 {
+							t.Errorf("%s conns=%s pin=%s: ns/op %v, errors %v, client CPU %v", cfg, conns, pin, r.metrics["ns/op"], r.metrics["errors"], r.metrics["client-cpu-ns/op"])
+						}
 					}
 				}
-			}
-			if n != 2 {
-				t.Errorf("%s conns=%s: %d results, want one per round (2)", cfg, conns, n)
+				if slices.Sort(rounds); !slices.Equal(rounds, []int{1, 2}) {
+					t.Errorf("%s conns=%s pin=%s: rounds %v, want one result in each of rounds 1 and 2", cfg, conns, pin, rounds)
+				}
 			}
 		}
 	}
@@ -72,9 +81,34 @@ func TestTiny(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range append([]string{"sec/op", "p50-sec", "server-cpu-sec/op", "syscalls/op", "\n1 64 ", "\n4 64 "}, ran...) {
+	for _, want := range append([]string{"sec/op", "p50-sec", "server-cpu-sec/op", "syscalls/op", "\noff 1 64 ", "\noff 4 64 "}, ran...) {
 		if !bytes.Contains(tables, []byte(want)) {
 			t.Errorf("tables.txt lacks %q:\n%s", want, tables)
+		}
+	}
+	if i := bytes.Index(tables, []byte("│")); i < 0 || !bytes.HasPrefix(bytes.TrimLeft(tables[i+len("│"):], " "), []byte("net ")) {
+		t.Errorf("tables.txt's first column is not net (the base):\n%s", tables)
+	}
+	// The quota cell: net and et (auto is not among -configs), each with
+	// the throttling of its window.
+	if strings.Contains(stdout.String(), "Quota cell skipped") {
+		if os.Getenv("CI") != "" {
+			t.Errorf("the quota cell was skipped under CI (root, cgroups): %s", stdout.String())
+		}
+	} else {
+		q, err := readResults(filepath.Join(out, "quota.txt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range q {
+			got = append(got, r.labels["cfg"])
+			if r.labels["quota"] != "0.5" || r.metrics["quota-periods"] <= 0 || r.metrics["throttled-ns"] < 0 || r.metrics["max-ns"] <= 0 {
+				t.Errorf("quota result %v %v", r.labels, r.metrics)
+			}
+		}
+		if slices.Sort(got); !slices.Equal(got, []string{"et", "net"}) {
+			t.Errorf("quota.txt has %v, want et and net once each", got)
 		}
 	}
 	herd, err := os.ReadFile(filepath.Join(out, "herd.txt"))
@@ -86,13 +120,13 @@ func TestTiny(t *testing.T) {
 			t.Errorf("herd.txt lacks %q:\n%s", row, herd)
 		}
 	}
-	for _, plot := range []string{"latency-conns1-size64.svg", "cpu-conns4-size64.svg", "throughput-size64.svg"} {
+	for _, plot := range []string{"latency-conns1-size64.svg", "cpu-conns4-size64.svg", "throughput-size64.svg", "latency-conns1-size64-unpinned.svg"} {
 		if b, err := os.ReadFile(filepath.Join(out, plot)); err != nil || !bytes.Contains(b, []byte("<svg")) {
 			t.Errorf("plot %s: %v", plot, err)
 		}
 	}
-	checkReport(t, out, stdout.String(), ran, []string{"echo, 1 conn, 64 B", "echo, 4 conns, 64 B",
-		"net/http plaintext, keep-alive, 1 conn", "net/http plaintext, keep-alive, 4 conns"})
+	checkReport(t, out, stdout.String(), ran, []string{"Verdict: ", "echo, 1 conn, 64 B", "echo, 4 conns, 64 B",
+		"echo, 4 conns, 64 B, unpinned", "net/http plaintext, keep-alive, 1 conn", "net/http plaintext, keep-alive, 4 conns"})
 	idle, err := readResults(filepath.Join(out, "idle.txt"))
 	if err != nil || len(idle) != len(ran) {
 		t.Errorf("idle.txt: %d results (%v), want one per configuration (%d)", len(idle), err, len(ran))
@@ -100,13 +134,14 @@ func TestTiny(t *testing.T) {
 	if !strings.Contains(stdout.String(), "per conn") {
 		t.Errorf("the summary lacks the idle table")
 	}
-	// The warm-up round is measured and set aside.
+	// The warm-up round is measured and set aside: every closed-loop
+	// cell's configurations once (not the quota cell's).
 	warm, err := readResults(filepath.Join(out, "warmup.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(warm) != 2*len(ran) {
-		t.Errorf("warmup.txt has %d results, want one per configuration and cell (%d)", len(warm), 2*len(ran))
+	if want := 2*len(placements)*len(ran) + 2; len(warm) != want {
+		t.Errorf("warmup.txt has %d results, want one per configuration and closed-loop cell (%d)", len(warm), want)
 	}
 	http := 0
 	for _, r := range rs {
@@ -137,7 +172,7 @@ func TestSweep(t *testing.T) {
 	}
 	out := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	err := run([]string{"-out", out, "-configs", "net,auto", "-conns", "4", "-herd=false",
+	err := run([]string{"-out", out, "-configs", "net,auto", "-conns", "4", "-herd=false", "-quota", "0", "-unpinned=false",
 		"-rounds", "1", "-duration", "600ms", "-warmup", "200ms", "-rates", "closed,2000", "-sweep-rounds", "2"}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
@@ -267,19 +302,22 @@ func checkReport(t *testing.T, out, stdout string, cfgs, titles []string) {
 // run's configurations, and none leaves no net/http cells.
 func TestHTTPDefaultFollowsConfigs(t *testing.T) {
 	o, err := parseFlags([]string{"-configs", "net,gnet", "-runtime", "off"}, &bytes.Buffer{})
-	if err != nil || !slices.Equal(o.http, []string{"net"}) || len(o.httpCells) != 2 {
-		t.Errorf("-configs net,gnet: http %v, cells %v, %v; want net in 2 cells", o.http, o.httpCells, err)
+	if err != nil || !slices.Equal(o.http, []string{"net"}) || len(o.httpConns) != 2 {
+		t.Errorf("-configs net,gnet: http %v, cells %v, %v; want net in 2 cells", o.http, o.httpConns, err)
 	}
 	o, err = parseFlags([]string{"-configs", "gnet,c", "-runtime", "off"}, &bytes.Buffer{})
-	if err != nil || len(o.http) != 0 || len(o.httpCells) != 0 {
-		t.Errorf("-configs gnet,c: http %v, cells %v, %v; want none", o.http, o.httpCells, err)
+	if err != nil || len(o.http) != 0 || len(o.httpConns) != 0 {
+		t.Errorf("-configs gnet,c: http %v, cells %v, %v; want none", o.http, o.httpConns, err)
 	}
 }
 
-// TestDefaults: the default run gives every headline cell minSamples
-// rounds after a warm-up round, echo and net/http alike.
+// TestDefaults: the default plan has every cell the verdict needs
+// (pinned and unpinned echo, net/http, the quota cell, the open loop,
+// idle memory, the herd), enough rounds for the paired interval, each
+// round measures every configuration of a cell once, and the order within
+// a round is random (seeded), not net first.
 func TestDefaults(t *testing.T) {
-	o, err := parseFlags(nil, &bytes.Buffer{})
+	o, err := parseFlags([]string{"-runtime", "off", "-pin", "on"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,24 +325,101 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(o.httpCells) == 0 || o.idle == 0 || !o.sweep || !o.herd {
-		t.Errorf("default run lacks a part: http %v, idle %d, sweep %v, herd %v", o.httpCells, o.idle, o.sweep, o.herd)
+	p := makePlan(o, srvs, nil, nil)
+	if len(p.idle) == 0 || p.sweep == nil || !p.herd {
+		t.Errorf("default run lacks a part: idle %d, sweep %v, herd %v", len(p.idle), p.sweep, p.herd)
 	}
-	n := map[string]int{}
-	warm := 0
-	for _, j := range interleave(o.rounds, true, append(o.cells, o.httpCells...), srvs) {
-		if j.round == 0 {
-			warm++
-			continue
+	var titles []string
+	for _, cp := range p.cells {
+		titles = append(titles, cp.short())
+		least := 6
+		if cp.quota > 0 || cp.rate > 0 {
+			least = 5
 		}
-		n[j.s.name+" "+j.c.String()]++
+		if cp.rounds < least {
+			t.Errorf("%s: %d rounds, want at least %d", cp.short(), cp.rounds, least)
+		}
 	}
-	if warm == 0 {
-		t.Error("no warm-up round")
+	for _, want := range []string{"echo, 1 conn", "echo, 50 conns", "echo, 1 conn, unpinned", "echo, 50 conns, unpinned",
+		"http, 1 conn", "http, 50 conns", "echo, 1 conn, quota 0.5", "echo, 1 conn, open loop 2000/s"} {
+		if !slices.Contains(titles, want) {
+			t.Errorf("default plan lacks the cell %q: %q", want, titles)
+		}
 	}
-	for k, v := range n {
-		if v < minSamples {
-			t.Errorf("%s: %d samples by default, want at least %d", k, v, minSamples)
+	if q := p.find(cell{conns: 1, size: 64, quota: 0.5}); q == nil || len(q.srvs) != 3 || q.duration < 3*time.Second {
+		t.Errorf("quota cell %+v: want net, et and auto, 3 s or more", q)
+	}
+	// Every round measures each configuration of each cell once; the
+	// first job of a round is not always the same.
+	firsts := map[string]bool{}
+	for seed := uint64(1); seed <= 8; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 0))
+		for round := 0; round <= p.rounds(); round++ {
+			js := p.jobs(round, rng.Shuffle)
+			n := map[string]int{}
+			for _, j := range js {
+				n[j.s.name+" "+j.c.String()]++
+			}
+			for _, cp := range p.cells {
+				for _, s := range cp.srvs {
+					want := 1
+					if round > cp.rounds || (round == 0 && !cp.warm) {
+						want = 0
+					}
+					if got := n[s.name+" "+cp.String()]; got != want {
+						t.Fatalf("seed %d round %d: %s %s measured %d times, want %d", seed, round, s.name, cp, got, want)
+					}
+				}
+			}
+			if round == 1 {
+				firsts[js[0].s.name+" "+js[0].c.String()] = true
+			}
+		}
+	}
+	if len(firsts) < 2 {
+		t.Errorf("8 seeds start round 1 with the same measurement: %v", firsts)
+	}
+	// The measurement windows alone fit the budget of a default run.
+	if d := p.duration(); d > 4*time.Minute {
+		t.Errorf("the default plan's measurements take %v, want under 4 minutes", d)
+	}
+}
+
+// TestHelpTellsTheDefaults: -h states the defaults the code sets, for the
+// default run and -full.
+func TestHelpTellsTheDefaults(t *testing.T) {
+	var help bytes.Buffer
+	if _, err := parseFlags([]string{"-h"}, &help); err != flag.ErrHelp {
+		t.Fatalf("-h: %v", err)
+	}
+	d, f := defaults, fullDefaults
+	for _, w := range []string{
+		"(default " + both(d.rounds, f.rounds) + ")",
+		"(default " + both(d.duration, f.duration) + ")",
+		"(default " + both(d.warmup, f.warmup) + ")",
+		"(default " + both(d.sweepRounds, f.sweepRounds) + ")",
+		"(default " + both(d.quotaRounds, f.quotaRounds) + ")",
+		"(default " + both(d.quotaDuration, f.quotaDuration) + ")",
+		"(default " + both(d.conns, f.conns) + ")",
+		strings.Join(d.configs, ","),
+	} {
+		if !strings.Contains(help.String(), w) {
+			t.Errorf("-h lacks %q:\n%s", w, help.String())
+		}
+	}
+	for _, x := range []struct {
+		args []string
+		want runDefaults
+	}{{nil, d}, {[]string{"-full"}, f}} {
+		o, err := parseFlags(append([]string{"-runtime", "off"}, x.args...), &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := x.want
+		if o.rounds != w.rounds || o.duration != w.duration || o.warmup != w.warmup || o.sweepRounds != w.sweepRounds ||
+			o.quotaRounds != w.quotaRounds || o.quotaDuration != w.quotaDuration || !slices.Equal(o.configs, w.configs) {
+			t.Errorf("%q: rounds %d, %v after %v, sweep %d, quota %d of %v, configs %v; the help says %+v", x.args,
+				o.rounds, o.duration, o.warmup, o.sweepRounds, o.quotaRounds, o.quotaDuration, o.configs, w)
 		}
 	}
 }
@@ -321,7 +436,7 @@ func TestFailedMeasurement(t *testing.T) {
 	defer func() { servers = saved }()
 	out := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	err := run([]string{"-out", out, "-configs", "net,broken", "-conns", "1", "-herd=false", "-sweep=false",
+	err := run([]string{"-out", out, "-configs", "net,broken", "-conns", "1", "-herd=false", "-sweep=false", "-quota", "0", "-unpinned=false",
 		"-http", "none", "-idle", "0", "-rounds", "1", "-duration", "300ms", "-warmup", "100ms"}, &stdout, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "failed") {
 		t.Fatalf("run with a broken configuration: %v, want a failure", err)
@@ -376,6 +491,10 @@ func TestBadFlags(t *testing.T) {
 		{"-configs net -http et", `"et" is not among -configs`},
 		{"-runtime maybe", "-runtime"},
 		{"-idle -3", "-idle"},
+		{"-quota -1", "-quota"},
+		{"-quota NaN", "-quota"},
+		{"-quota-rounds -1", "-quota-rounds"},
+		{"-quota-duration -1s", "-quota-duration"},
 	} {
 		o, err := parseFlags(strings.Fields(tt.args), &bytes.Buffer{})
 		if err == nil {
@@ -400,7 +519,7 @@ func TestRuntimeRows(t *testing.T) {
 	}
 	out := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	err := run([]string{"-out", out, "-configs", "net,rt-none,rt-shortread", "-http", "net,rt-shortread", "-conns", "1",
+	err := run([]string{"-out", out, "-configs", "net,rt-none,rt-shortread", "-http", "net,rt-shortread", "-conns", "1", "-quota", "0", "-unpinned=false",
 		"-herd=false", "-sweep=false", "-idle", "0", "-rounds", "2", "-duration", "300ms", "-warmup", "100ms"}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
@@ -439,7 +558,7 @@ func TestStartEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &runner{opts: &options{}, bins: bins, stderr: io.Discard}
-	srv, err := r.start(t.Context(), bins["echoserver"], srvs[0].args, []string{"GODEBUG=netpollshortread=1"}, time.Minute)
+	srv, err := r.start(t.Context(), false, bins["echoserver"], srvs[0].args, []string{"GODEBUG=netpollshortread=1"}, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -460,7 +579,7 @@ func TestCompare(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds servers and runs processes; skipped with -short")
 	}
-	args := []string{"-configs", "net", "-conns", "1", "-herd=false", "-sweep=false", "-http", "none", "-idle", "0",
+	args := []string{"-configs", "net", "-conns", "1", "-herd=false", "-sweep=false", "-http", "none", "-idle", "0", "-quota", "0", "-unpinned=false",
 		"-runtime", "off", "-rounds", "1", "-duration", "300ms", "-warmup", "100ms"}
 	old := t.TempDir()
 	if err := run(append([]string{"-out", old}, args...), io.Discard, io.Discard); err != nil {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -30,48 +31,63 @@ var spectrum = []struct {
 	{"p50-ns", 50, "50"}, {"p90-ns", 90, "90"}, {"p99-ns", 99, "99"}, {"p99.9-ns", 99.9, "99.9"}, {"p99.99-ns", 99.99, "99.99"},
 }
 
-// drawPlots draws each cell's latency percentile spectrum, throughput,
-// server CPU and syscalls per request, and throughput against connections
-// for each size of echo, from the results over rounds. It returns the
-// files written, a cell's figures together.
-func drawPlots(dir string, srvs []server, cells []cell, rs []result) ([]string, error) {
-	var figs []*figure
-	for _, c := range cells {
-		samples := func(s server, unit string) []float64 { return samplesOf(rs, unit, inCell(cfgName(s), c)) }
-		name, load := fmt.Sprintf("conns%d-size%d", c.conns, c.size), c.title()
-		if c.http() {
-			name = fmt.Sprintf("http-conns%d", c.conns)
-		}
-		figs = append(figs,
-			spectrumFigure("latency-"+name+".svg", "Latency percentile spectrum, "+load, srvs, samples),
-			dotFigure("throughput-"+name+".svg", "Throughput, "+load, "requests/s (higher is better)", srvs,
-				func(s server) []float64 { return perSecond(samples(s, "ns/op")) }, kilo),
-			dotFigure("cpu-"+name+".svg", "Server CPU per request, "+load, "server CPU per request, µs (lower is better)", srvs,
-				func(s server) []float64 {
-					return mapped(samples(s, "server-cpu-ns/op"), func(v float64) float64 { return v / 1e3 })
-				}, sig3),
-			dotFigure("syscalls-"+name+".svg", "Server syscalls per request, "+load, "server syscalls per request (lower is better)", srvs,
-				func(s server) []float64 { return samples(s, "syscalls/op") }, sig3),
-		)
+// drawPlots draws a cell's latency percentile spectrum, throughput,
+// server CPU and syscalls per request from the results over rounds. It
+// returns the files written.
+func drawPlots(dir string, cp *cellPlan, rs []result) ([]string, error) {
+	c, srvs := cp.cell, cp.srvs
+	samples := func(s server, unit string) []float64 { return samplesOf(rs, unit, inCell(cfgName(s), c)) }
+	load := c.title()
+	figs := []*figure{
+		spectrumFigure("latency-"+c.fileName()+".svg", "Latency percentile spectrum, "+load, srvs, samples),
+		dotFigure("throughput-"+c.fileName()+".svg", "Throughput, "+load, "requests/s (higher is better)", srvs,
+			func(s server) []float64 { return perSecond(samples(s, "ns/op")) }, kilo),
+		dotFigure("cpu-"+c.fileName()+".svg", "Server CPU per request, "+load, "server CPU per request, µs (lower is better)", srvs,
+			func(s server) []float64 {
+				return mapped(samples(s, "server-cpu-ns/op"), func(v float64) float64 { return v / 1e3 })
+			}, sig3),
+		dotFigure("syscalls-"+c.fileName()+".svg", "Server syscalls per request, "+load, "server syscalls per request (lower is better)", srvs,
+			func(s server) []float64 { return samples(s, "syscalls/op") }, sig3),
 	}
-	var sizes, conns []int
-	for _, c := range cells {
-		if c.http() {
+	return saveFigures(dir, figs)
+}
+
+// drawScaling draws echo's throughput against connections for each size
+// and placement that has two connection counts or more.
+func drawScaling(dir string, p *plan, rs []result) ([]string, error) {
+	var figs []*figure
+	for _, unpinned := range []bool{false, true} {
+		var sizes, conns []int
+		var srvs []server
+		for _, cp := range p.cells {
+			if cp.http() || cp.rate > 0 || cp.quota > 0 || cp.unpinned != unpinned {
+				continue
+			}
+			if !slices.Contains(sizes, cp.size) {
+				sizes = append(sizes, cp.size)
+			}
+			if !slices.Contains(conns, cp.conns) {
+				conns = append(conns, cp.conns)
+			}
+			for _, s := range cp.srvs {
+				if !slices.ContainsFunc(srvs, func(x server) bool { return x.name == s.name }) {
+					srvs = append(srvs, s)
+				}
+			}
+		}
+		if len(conns) < 2 { // a line against connections needs two counts
 			continue
 		}
-		if !slices.Contains(sizes, c.size) {
-			sizes = append(sizes, c.size)
-		}
-		if !slices.Contains(conns, c.conns) {
-			conns = append(conns, c.conns)
-		}
-	}
-	if len(conns) > 1 { // a line against connections needs two counts
 		slices.Sort(conns)
 		for _, size := range sizes {
-			figs = append(figs, scalingFigure(size, conns, srvs, rs))
+			figs = append(figs, scalingFigure(cell{size: size, unpinned: unpinned}, conns, srvs, rs))
 		}
 	}
+	return saveFigures(dir, figs)
+}
+
+// saveFigures writes the figures that are not nil into dir.
+func saveFigures(dir string, figs []*figure) ([]string, error) {
 	var files []string
 	for _, f := range figs {
 		if f == nil {
@@ -224,13 +240,19 @@ func dotFigure(file, title, axis string, srvs []server, samples func(server) []f
 // for one size, a line per configuration through its medians, with their
 // intervals. It returns nil when no configuration has a result of that
 // size.
-func scalingFigure(size int, conns []int, srvs []server, rs []result) *figure {
-	f := newFigure(fmt.Sprintf("throughput-size%d.svg", size), fmt.Sprintf("Throughput against connections, echo, %d B", size), 8*vg.Inch, 4.5*vg.Inch)
+func scalingFigure(shape cell, conns []int, srvs []server, rs []result) *figure {
+	place := ""
+	if shape.unpinned {
+		place = "-unpinned"
+	}
+	f := newFigure(fmt.Sprintf("throughput-size%d%s.svg", shape.size, place), "Throughput against connections, "+strings.Replace(shape.title(), "0 conns, ", "", 1), 8*vg.Inch, 4.5*vg.Inch)
 	var ns []int
 	for _, s := range srvs {
 		var pt part
 		for _, n := range conns {
-			vs := perSecond(samplesOf(rs, "ns/op", inCell(cfgName(s), cell{conns: n, size: size})))
+			c := shape
+			c.conns = n
+			vs := perSecond(samplesOf(rs, "ns/op", inCell(cfgName(s), c)))
 			if len(vs) == 0 {
 				continue
 			}

@@ -87,6 +87,7 @@ func fakeResults(cfgs []string, c cell, rounds int, drop ...string) []result {
 			rs = append(rs, result{
 				labels:  map[string]string{"cfg": cfg, "conns": fmt.Sprint(c.conns), "size": fmt.Sprint(c.size)},
 				metrics: m,
+				round:   round + 1,
 			})
 		}
 	}
@@ -103,7 +104,7 @@ func TestDrawPlotsMissing(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := cell{conns: 1, size: 64}
-	files, err := drawPlots(dir, srvs, []cell{c}, fakeResults([]string{"net", "spin"}, c, 4, "p99.99-ns", "spin:server-cpu-ns/op"))
+	files, err := drawPlots(dir, &cellPlan{cell: c, srvs: srvs, rounds: 4}, fakeResults([]string{"net", "spin"}, c, 4, "p99.99-ns", "spin:server-cpu-ns/op"))
 	if err != nil {
 		t.Fatal(err)
 	}

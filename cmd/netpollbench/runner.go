@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
@@ -16,6 +18,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/edgepoll/edgepoll/internal/cpuquota"
 )
 
 // runner starts servers and load generators as separate processes.
@@ -23,14 +27,14 @@ type runner struct {
 	opts   *options
 	bins   map[string]string // binary name -> path
 	stderr io.Writer
-	pin    bool        // server on CPU 0, load generator on CPU 1, with taskset
+	pin    bool        // pinned cells: server on CPU 0, load generator on CPU 1, with taskset
 	perf   bool        // count the server's syscalls with perf stat
 	cal    calibration // the machine, measured before the run
 }
 
-// command returns cmd, pinned to cpu when pinning.
-func (r *runner) command(ctx context.Context, cpu int, name string, args ...string) *exec.Cmd {
-	if r.pin {
+// command returns cmd, pinned to cpu when pin is set.
+func (r *runner) command(ctx context.Context, pin bool, cpu int, name string, args ...string) *exec.Cmd {
+	if pin {
 		return exec.CommandContext(ctx, "taskset", append([]string{"-c", strconv.Itoa(cpu), name}, args...)...)
 	}
 	return exec.CommandContext(ctx, name, args...)
@@ -42,30 +46,45 @@ var announce = regexp.MustCompile(`^(?:echoserver|httpserver) listening on (\S+)
 // is kept without the unit, and the run reports it as a failure.
 var errNoSyscalls = errors.New("server syscall count missing (perf stat failed or counted nothing)")
 
-// measure runs one load generator against a fresh server process and
-// returns its benchmark line, with syscalls/op appended when perf works.
-// An HTTP cell runs cmd/httpserver with the configuration's flags. A line
-// whose syscall count failed comes with errNoSyscalls.
-func (r *runner) measure(ctx context.Context, s server, c cell) (string, error) {
-	o := r.opts
-	life := o.warmup + o.duration + 30*time.Second
-	bin, label := s.bin, s.label
+// measure runs one load generator against a fresh server process in cell
+// cp and returns its benchmark line, with syscalls/op appended when perf
+// works and, under a quota, the throttling of the measured window
+// (throttled-periods, throttled-ns, out of quota-periods). An HTTP cell
+// runs cmd/httpserver with the configuration's flags. A line whose syscall
+// count failed comes with errNoSyscalls.
+func (r *runner) measure(ctx context.Context, s server, cp *cellPlan) (string, error) {
+	life := cp.warmup + cp.duration + 30*time.Second
+	pin := r.pin && !cp.unpinned
+	bin, label := s.bin, s.label+strings.TrimSuffix(cp.cell.setting(), "/rate="+rateLabel(cp.rate)) // loadgen names the rate
 	var proto []string
-	if c.http() {
-		bin, label = httpBin(s), s.label+"/proto=http"
+	if cp.http() {
+		bin, label = httpBin(s), label+"/proto=http"
 		proto = []string{"-proto", "http"}
 	}
-	srv, err := r.start(ctx, r.bins[bin], s.args, s.env, life)
+	var group *cpuquota.Group
+	if cp.quota > 0 {
+		g, err := cpuquota.New(cp.quota)
+		if err != nil {
+			return "", fmt.Errorf("%s %s: %w", s.name, cp, err)
+		}
+		defer g.Close() // after the server stopped (deferred below, so run first)
+		group = g
+	}
+	srv, err := r.start(ctx, pin, r.bins[bin], s.args, s.env, life)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", s.name, err)
 	}
 	defer srv.stop()
-	addr := srv.addr
+	if group != nil {
+		if err := group.Add(srv.cmd.Process.Pid); err != nil {
+			return "", fmt.Errorf("%s %s: %w", s.name, cp, err)
+		}
+	}
 
-	lg := r.command(ctx, 1, r.bins["loadgen"], append(proto, "-addr", addr,
-		"-conns", strconv.Itoa(c.conns), "-size", strconv.Itoa(c.size),
-		"-rate", strconv.FormatFloat(c.rate, 'f', -1, 64),
-		"-duration", o.duration.String(), "-warmup", o.warmup.String(),
+	lg := r.command(ctx, pin, 1, r.bins["loadgen"], append(proto, "-addr", srv.addr,
+		"-conns", strconv.Itoa(cp.conns), "-size", strconv.Itoa(cp.size),
+		"-rate", strconv.FormatFloat(cp.rate, 'f', -1, 64),
+		"-duration", cp.duration.String(), "-warmup", cp.warmup.String(),
 		"-server-pid", strconv.Itoa(srv.cmd.Process.Pid), "-format", "bench", "-labels", label)...)
 	var lgOut, lgErr bytes.Buffer
 	lg.Stdout, lg.Stderr = &lgOut, &lgErr
@@ -74,22 +93,40 @@ func (r *runner) measure(ctx context.Context, s server, c cell) (string, error) 
 	}
 	syscalls := make(chan float64, 1)
 	if r.perf {
-		go func() { syscalls <- countSyscalls(ctx, srv.cmd.Process.Pid, o.warmup, o.duration) }()
+		go func() { syscalls <- countSyscalls(ctx, srv.cmd.Process.Pid, cp.warmup, cp.duration) }()
 	} else {
 		syscalls <- -1
+	}
+	// The quota's counters at the end of the warm-up and of the load.
+	var throttleStart cpuquota.Stat
+	var throttleErr error
+	if group != nil {
+		select {
+		case <-time.After(cp.warmup):
+		case <-ctx.Done():
+		}
+		throttleStart, throttleErr = group.Stat()
 	}
 	lgWait := lg.Wait()
 	n := <-syscalls
 	line := benchLine(lgOut.String())
 	if lgWait != nil || line == "" {
-		return "", fmt.Errorf("%s %s: load generator failed: %v\n%s%s", s.name, c, lgWait, lgOut.String(), lastLines(lgErr.String(), 5))
+		return "", fmt.Errorf("%s %s: load generator failed: %v\n%s%s", s.name, cp, lgWait, lgOut.String(), lastLines(lgErr.String(), 5))
+	}
+	if group != nil {
+		end, err := group.Stat()
+		if err = errors.Join(throttleErr, err); err != nil {
+			return "", fmt.Errorf("%s %s: throttling: %w", s.name, cp, err)
+		}
+		d := end.Sub(throttleStart)
+		line += fmt.Sprintf("\t%d throttled-periods\t%d throttled-ns\t%d quota-periods", d.Throttled, d.ThrottledTime.Nanoseconds(), d.Periods)
 	}
 	if !r.perf {
 		return line, nil
 	}
 	line, err = withSyscalls(line, n)
 	if err != nil {
-		return line, fmt.Errorf("%s %s: %w", s.name, c, err)
+		return line, fmt.Errorf("%s %s: %w", s.name, cp, err)
 	}
 	return line, nil
 }
@@ -113,12 +150,11 @@ type started struct {
 }
 
 // start runs the server binary at path with args (and env added to ours)
-// on CPU 0 (when pinning),
-// listening on a free port for at most life, and waits for its
-// announcement. On failure the server is stopped and the error carries the
-// end of its stderr.
-func (r *runner) start(ctx context.Context, path string, args, env []string, life time.Duration) (*started, error) {
-	cmd := r.command(ctx, 0, path, append(slices.Clone(args), "-addr", "127.0.0.1:0", "-lifetime", life.String())...)
+// on CPU 0 when pin is set, listening on a free port for at most life,
+// and waits for its announcement. On failure the server is stopped and the
+// error carries the end of its stderr.
+func (r *runner) start(ctx context.Context, pin bool, path string, args, env []string, life time.Duration) (*started, error) {
+	cmd := r.command(ctx, pin, 0, path, append(slices.Clone(args), "-addr", "127.0.0.1:0", "-lifetime", life.String())...)
 	if len(env) > 0 {
 		cmd.Env = append(os.Environ(), env...)
 	}
@@ -146,78 +182,119 @@ func (s *started) stop() string {
 	return lastLines(strings.TrimSpace(s.stderr.String()), 3)
 }
 
-// A job is one measurement of a series: a server under a load, in a round.
+// A job is one measurement: a server in a cell, in a round (0: the
+// warm-up round).
 type job struct {
 	round int
 	s     server
-	c     cell
+	c     *cellPlan
 }
 
-// interleave orders rounds × cells × servers so that each round measures
-// every server in every cell once before the next begins: drift over the
-// run then hits all servers alike. Round 0, first, is the warm-up round
-// (the first measurements of a run are slower: caches, CPU frequency,
-// the host), measured and set aside, when warm is set.
-func interleave(rounds int, warm bool, cells []cell, srvs []server) []job {
-	var jobs []job
-	first := 1
-	if warm {
-		first = 0
-	}
-	for round := first; round <= rounds; round++ {
-		for _, c := range cells {
-			for _, s := range srvs {
-				jobs = append(jobs, job{round, s, c})
-			}
+// runPlan measures p's cells into t round by round, each round's
+// measurements in a random order (seeded by t.seed), then the idle-memory
+// experiment and the herd. Each cell's lines go to its file in the output
+// directory, each round's after a "round: N" line; the warm-up round's to
+// warmup.txt. A failed measurement is in t.failures, and missing from the
+// table; runPlan stops early only when ctx ends.
+func (r *runner) runPlan(ctx context.Context, p *plan, t *table) error {
+	files := map[string]*os.File{}
+	last := map[string]int{} // the round each file's last line was of
+	defer func() {
+		for _, f := range files {
+			f.Close()
 		}
-	}
-	return jobs
-}
-
-// measured is a job's benchmark line.
-type measured struct {
-	job
-	line string
-}
-
-// series measures the jobs in order, passes each benchmark line through
-// edit (if not nil), writes it to w (warm-up rounds to warm, if not nil)
-// and reports progress, prefixed by what, to stderr. It returns the lines
-// and the failed measurements; it stops early only when ctx ends.
-func (r *runner) series(ctx context.Context, what string, jobs []job, edit func(job, string) string, w, warm io.Writer) ([]measured, []string, error) {
-	var lines []measured
-	var failures []string
-	start := time.Now()
-	for i, j := range jobs {
-		if err := ctx.Err(); err != nil {
-			return lines, failures, err
+	}()
+	open := func(name string) (*os.File, error) {
+		if f, ok := files[name]; ok {
+			return f, nil
 		}
-		round := fmt.Sprintf("round %d", j.round)
-		if j.round == 0 {
-			round = "warm-up"
-		}
-		line, err := r.measure(ctx, j.s, j.c)
+		f, err := os.Create(filepath.Join(r.opts.out, name))
 		if err != nil {
-			failures = append(failures, err.Error())
-			fmt.Fprintf(r.stderr, "[%d/%d] %s%s %s %s: FAILED: %v\n", i+1, len(jobs), what, round, j.s.name, j.c, err)
-			if line == "" {
-				continue
-			}
+			return nil, err
 		}
-		if edit != nil {
-			line = edit(j, line)
-		}
-		if j.round == 0 {
-			if warm != nil {
-				fmt.Fprintln(warm, line)
-			}
-		} else {
-			fmt.Fprintln(w, line)
-			lines = append(lines, measured{j, line})
-		}
-		fmt.Fprintf(r.stderr, "[%d/%d %s] %s%-7s %-11s %-22s %s\n", i+1, len(jobs), time.Since(start).Round(time.Second), what, round, j.s.name, j.c, summary(line))
+		writeHeader(f, r.cal)
+		fmt.Fprintf(f, "order-seed: %d\n", t.seed)
+		files[name] = f
+		return f, nil
 	}
-	return lines, failures, nil
+	rng := rand.New(rand.NewPCG(t.seed, 0x6e657470))
+	total, done := 0, 0
+	for round := 0; round <= p.rounds(); round++ {
+		total += len(p.jobs(round, func(int, func(int, int)) {}))
+	}
+	start := time.Now()
+	for round := 0; round <= p.rounds(); round++ {
+		for _, j := range p.jobs(round, rng.Shuffle) {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			done++
+			what := fmt.Sprintf("round %d", round)
+			if round == 0 {
+				what = "warm-up"
+			}
+			line, err := r.measure(ctx, j.s, j.c)
+			if err != nil {
+				t.failures = append(t.failures, err.Error())
+				fmt.Fprintf(r.stderr, "[%d/%d] %s %s %s: FAILED: %v\n", done, total, what, j.s.name, j.c, err)
+				if line == "" {
+					continue
+				}
+			}
+			if j.c.file == sweepFile {
+				line = sweepLine(line, false)
+			}
+			name := j.c.file
+			if round == 0 {
+				name = "warmup.txt"
+			}
+			f, err := open(name)
+			if err != nil {
+				return err
+			}
+			if last[name] != round {
+				fmt.Fprintf(f, "round: %d\n", round)
+				last[name] = round
+			}
+			fmt.Fprintln(f, line)
+			if round > 0 {
+				t.results = append(t.results, newResult(line, round))
+			}
+			fmt.Fprintf(r.stderr, "[%d/%d %s] %-8s %-11s %-28s %s\n", done, total, time.Since(start).Round(time.Second), what, j.s.name, j.c, summary(line))
+		}
+	}
+	for name, f := range files {
+		delete(files, name)
+		if err := f.Close(); err != nil {
+			return err
+		}
+	}
+	if len(p.idle) > 0 {
+		rows, fails, err := runIdle(ctx, r, p.idle, p.idleConns)
+		if err != nil {
+			return err
+		}
+		t.idle = rows
+		t.failures = append(t.failures, fails...)
+		var b strings.Builder
+		writeHeader(&b, r.cal)
+		for _, row := range rows {
+			if l := idleLine(row); l != "" {
+				b.WriteString(l + "\n")
+			}
+		}
+		if err := os.WriteFile(filepath.Join(r.opts.out, "idle.txt"), []byte(b.String()), 0o644); err != nil {
+			return err
+		}
+	}
+	if p.herd {
+		rows, err := runHerd(ctx, r, r.opts, r.stderr)
+		if err != nil {
+			t.failures = append(t.failures, "herd: "+err.Error())
+		}
+		t.herd = rows
+	}
+	return nil
 }
 
 func readAnnounce(r io.Reader, timeout time.Duration) (string, error) {

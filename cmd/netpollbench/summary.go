@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -9,176 +8,225 @@ import (
 	"strings"
 )
 
-// The summary: per cell, one line per configuration with the medians over
-// rounds that decide (req/s, p50, p99, server CPU and syscalls per
-// request), its throughput against package net and against the best peer
-// library, and whether each difference is significant. Lines fit in
-// summaryWidth columns; the full benchstat tables go to files.
+// The summary: the machine and its calibration once, then the verdict
+// (one row per cell: netpoll's default against package net and the best
+// peer, paired within rounds), then each cell in detail, then idle memory.
+// Both summary.txt and report.html render the same blocks; lines of the
+// text fit in summaryWidth columns, and the full benchstat tables go to
+// files.
 
 const summaryWidth = 120
 
-// peers are the configurations that are not this project's: the callback
-// libraries and the C reference, against which "best peer" is taken.
-var peers = []string{"gnet", "nbio", "cloudwego", "c"}
-
-// significance is the two-sided p-value below which a difference counts.
-const significance = 0.05
-
-// minSamples is the smallest number of rounds for which the U test can
-// reach significance at 0.05 with both sides of equal size (6 gives
-// p = 0.002 at best, 3 gives 0.1).
-const minSamples = 6
-
-// cellSummary is one cell's lines.
-type cellSummary struct {
+// block is a table for people: the text summary and the HTML render it.
+type block struct {
+	id    string // HTML anchor
 	title string
-	rows  []summaryRow
+	notes []string // under the title
+	head  []string
+	rows  [][]string
+	left  int      // the first left columns are left-aligned (text), the rest right-aligned but for "vs ..."
+	foot  []string // under the table
+	indent string // the text rendering's indent of the rows and notes
 }
 
-type summaryRow struct {
-	cfg     string
-	n       int       // rounds measured
-	rps     []float64 // per round
-	p50     float64   // medians, ns; NaN when missing
-	p99     float64
-	cpu     float64
-	sys     float64
-	vsNet   string // "1.05x*", "—" for net itself, "missing"
-	vsPeer  string
-	missing bool
-}
 
-// summarize builds the summary of every cell from the results, for the
-// configurations in order.
-func summarize(rs []result, srvs []server, cells []cell) []cellSummary {
-	var out []cellSummary
-	for _, c := range cells {
-		cs := cellSummary{title: c.title()}
-		var rows []summaryRow
-		for _, s := range srvs {
-			match := func(r result) bool { return r.labels["cfg"] == s.name && c.matches(r) }
-			row := summaryRow{cfg: s.name, p50: math.NaN(), p99: math.NaN(), cpu: math.NaN(), sys: math.NaN()}
-			row.rps = perSecond(positive(samplesOf(rs, "ns/op", match)))
-			row.n = len(row.rps)
-			row.missing = row.n == 0
-			for unit, dst := range map[string]*float64{"p50-ns": &row.p50, "p99-ns": &row.p99, "server-cpu-ns/op": &row.cpu, "syscalls/op": &row.sys} {
-				if v, ok := medianOf(rs, unit, match); ok {
-					*dst = v
-				}
-			}
-			rows = append(rows, row)
-		}
-		byName := func(name string) *summaryRow {
-			i := slices.IndexFunc(rows, func(r summaryRow) bool { return r.cfg == name })
-			if i < 0 || rows[i].missing {
-				return nil
-			}
-			return &rows[i]
-		}
-		net := byName("net")
-		var best *summaryRow
-		for _, p := range peers {
-			if r := byName(p); r != nil && (best == nil || med(r.rps) > med(best.rps)) {
-				best = r
-			}
-		}
-		for i := range rows {
-			r := &rows[i]
-			r.vsNet, r.vsPeer = versus(r, net), versus(r, best)
-		}
-		if best != nil {
-			cs.title += fmt.Sprintf("; best peer %s", best.cfg)
-		}
-		cs.rows = rows
-		out = append(out, cs)
+// summaryBlocks builds the verdict and the detail of every cell.
+func summaryBlocks(t *table, vs []cellVerdict) []block {
+	bs := []block{verdictBlock(t, vs)}
+	for i, v := range vs {
+		bs = append(bs, detailBlock(fmt.Sprintf("cell%d", i+1), v))
 	}
-	return out
+	if len(t.idle) > 0 {
+		bs = append(bs, idleBlock(t.idle))
+	}
+	return bs
 }
 
-// versus is row's throughput against base's: the ratio of medians, with
-// "*" when the U test finds the rounds differ (p < significance).
-func versus(row, base *summaryRow) string {
-	switch {
-	case row.missing:
-		return "missing"
-	case base == nil:
-		return "n/a"
-	case row == base:
+// verdictBlock is the first screen: a row per cell for the default.
+func verdictBlock(t *table, vs []cellVerdict) block {
+	b := block{id: "verdict", title: fmt.Sprintf("Verdict: netpoll's default (%s) against package net and the best peer", defaultCfg),
+		head: []string{"cell", "measure", "default", "vs net", "vs best peer"}, left: 2, indent: "  "}
+	for _, v := range vs {
+		def, net := v.row(defaultCfg), v.row("net")
+		if net != nil && net.missing {
+			net = nil
+		}
+		if def == nil {
+			continue
+		}
+		m := v.measure
+		peer := "no peer"
+		if v.peer != "" && v.peer != defaultCfg {
+			peer = v.peer + " " + compact(def.vsPeer, m)
+		}
+		vsNet := "no net"
+		if net != nil {
+			vsNet = compact(def.vsNet, m)
+		}
+		b.rows = append(b.rows, []string{v.cp.short(), m.name, fmtUnit(m.unit, def.med[m.unit]), vsNet, peer})
+	}
+	if iv := judgeIdle(t.idle); iv != nil {
+		peer := "no peer"
+		if iv.peer != nil {
+			peer = iv.peer.cfg + " " + oneSample(iv.def, iv.peer)
+		}
+		b.rows = append(b.rows, []string{fmt.Sprintf("idle, %d conns", iv.conns), byMemory.name,
+			fmt.Sprintf("%.2f", iv.def.perConn/1024), oneSample(iv.def, iv.net), peer})
+	}
+	if len(t.herd) > 0 {
+		b.rows = append(b.rows, []string{"herd", "—", "", "not judged", "the kernel's epoll modes, not the default"})
+	}
+	b.foot = []string{"Ratios: the default's figure over the other's, paired within rounds (every configuration measured once per round, " +
+		"in a random order): geometric mean and 95% interval (t-interval of the mean log ratio over rounds). wins/loses: the interval " +
+		"excludes 1.0 on that side; level: it lies within [0.95, 1.05]; unresolved: neither. For a time, CPU or memory a ratio " +
+		"under 1 is better. Idle memory is one sample per configuration: its word is from the ratio alone."}
+	return b
+}
+
+// detailBlock is a cell's table: every configuration's medians and its
+// paired ratio to net on each of the cell's measures.
+func detailBlock(id string, v cellVerdict) block {
+	cp, m := v.cp, v.measure
+	b := block{id: id, title: cp.title(), left: 1, indent: "  "}
+	place := "pinned: server on CPU 0 (GOMAXPROCS=1), load generator on CPU 1"
+	if cp.unpinned {
+		place = "unpinned: server and load generator share the machine, GOMAXPROCS as Go sets it"
+	}
+	if cp.quota > 0 {
+		place += fmt.Sprintf(", the server in a cgroup limited to %g CPU", cp.quota)
+	}
+	b.notes = []string{place + fmt.Sprintf("; %d rounds of %v after %v.", cp.rounds, cp.duration, cp.warmup),
+		fmt.Sprintf("Measure: %s (%s), because %s.", m.name, direction(m), v.why)}
+	second := v.second
+	type col struct {
+		name, unit string
+	}
+	cols := []col{{"req/s", "req/s"}, {"p50", "p50-ns"}, {"CPU/req", "server-cpu-ns/op"}, {"sys/req", "syscalls/op"}, {"load", "client-cpu-util"}}
+	if cp.quota > 0 {
+		cols = []col{{"req/s", "req/s"}, {"p50", "p50-ns"}, {"p99.9", "p99.9-ns"}, {"p99.99", "p99.99-ns"}, {"max", "max-ns"}, {"throttled", "throttled-ns"}, {"periods", "throttled-periods"}}
+	}
+	b.head = []string{"config", "n"}
+	for _, c := range cols {
+		b.head = append(b.head, c.name)
+	}
+	b.head = append(b.head, "vs net, "+m.name, "U p", "vs net, "+second.name)
+	for _, r := range v.rows {
+		line := []string{r.cfg, fmt.Sprint(r.n)}
+		if r.missing {
+			line = append(line, "missing")
+			b.rows = append(b.rows, line)
+			continue
+		}
+		for _, c := range cols {
+			line = append(line, fmtUnit(c.unit, r.med[c.unit]))
+		}
+		p := "—"
+		if r.vsNet != nil {
+			p = fmt.Sprintf("%.3f", r.vsNet.pUnpaired)
+		}
+		line = append(line, compact(r.vsNet, m), p, ratioWord(r.vsNet2, second))
+		b.rows = append(b.rows, line)
+	}
+	if v.peer != "" {
+		if def := v.row(defaultCfg); def != nil && def.vsPeer != nil {
+			b.foot = append(b.foot, fmt.Sprintf("Best peer on %s: %s; the default against it: %s.", m.name, v.peer, compact(def.vsPeer, m)))
+		}
+	}
+	b.foot = append(b.foot, "load: the load generator's CPU (1 CPU = 100%). vs net: paired, as in the verdict. "+
+		"U p: Mann-Whitney U on the unpaired rounds, as benchstat tests them, for reference; the verdict uses the paired interval.")
+	return b
+}
+
+func direction(m measure) string {
+	if m.higherBetter {
+		return "higher is better"
+	}
+	return "lower is better"
+}
+
+// compact is a comparison as "1.48x [1.40,1.57] wins", "—" for none.
+func compact(c *comparison, m measure) string {
+	if c == nil {
 		return "—"
 	}
-	s := fmt.Sprintf("%.2fx", med(row.rps)/med(base.rps))
-	if utest(row.rps, base.rps) < significance {
-		s += "*"
-	} else {
-		s += " "
+	if c.n < 2 {
+		return fmt.Sprintf("n=%d: unresolved", c.n)
 	}
-	return s
+	return fmt.Sprintf("%.2fx [%s,%s] %s", c.geo, bound(c.lo), bound(c.hi), c.verdict(m.higherBetter))
 }
 
-// writeSummary prints the summary. A missing measurement is "missing",
-// never a zero.
-func writeSummary(w io.Writer, sums []cellSummary) {
-	fmt.Fprintln(w, "Medians over rounds. vs net, vs peer: req/s ratio; * = significant (Mann-Whitney U, p < 0.05).")
-	fmt.Fprintln(w, "Lower is better for latency, CPU and syscalls; higher for req/s and the ratios.")
-	for _, cs := range sums {
-		fmt.Fprintf(w, "\n%s\n", cs.title)
-		fmt.Fprintf(w, "  %-12s %3s %10s %10s %10s %11s %8s %8s %8s\n",
-			"config", "n", "req/s", "p50", "p99", "CPU/req", "sys/req", "vs net", "vs peer")
-		for _, r := range cs.rows {
-			if r.missing {
-				fmt.Fprintf(w, "  %-12s %3d %10s\n", r.cfg, 0, "missing")
-				continue
-			}
-			fmt.Fprintf(w, "  %-12s %3d %10.0f %10s %10s %11s %8s %8s %8s\n",
-				r.cfg, r.n, med(r.rps), fmtMicros(r.p50), fmtMicros(r.p99), fmtMicros(r.cpu), fmtCount(r.sys), r.vsNet, r.vsPeer)
-		}
-		if lead := leaders(cs.rows); lead != "" {
-			fmt.Fprintf(w, "  %s\n", lead)
-		}
+// bound is an interval's bound: two decimals, three digits past 10.
+func bound(v float64) string {
+	if v >= 10 {
+		return fmt.Sprintf("%.3g", v)
 	}
+	return fmt.Sprintf("%.2f", v)
 }
 
-// leaders says who won the cell: the most req/s and the least CPU per
-// request, with their margin over the runner-up.
-func leaders(rows []summaryRow) string {
-	var ok []summaryRow
-	for _, r := range rows {
-		if !r.missing {
-			ok = append(ok, r)
-		}
+// ratioWord is a comparison as "1.03x level", without its interval.
+func ratioWord(c *comparison, m measure) string {
+	if c == nil {
+		return "—"
 	}
-	if len(ok) < 2 {
-		return ""
+	if c.n < 2 {
+		return fmt.Sprintf("n=%d: unresolved", c.n)
 	}
-	byRPS := slices.Clone(ok)
-	slices.SortFunc(byRPS, func(a, b summaryRow) int { return cmp.Compare(med(b.rps), med(a.rps)) })
-	s := fmt.Sprintf("most req/s: %s (%.2fx %s)", byRPS[0].cfg, med(byRPS[0].rps)/med(byRPS[1].rps), byRPS[1].cfg)
-	var withCPU []summaryRow
-	for _, r := range ok {
-		if !math.IsNaN(r.cpu) {
-			withCPU = append(withCPU, r)
-		}
-	}
-	if len(withCPU) >= 2 {
-		slices.SortFunc(withCPU, func(a, b summaryRow) int { return cmp.Compare(a.cpu, b.cpu) })
-		s += fmt.Sprintf("; least CPU/req: %s (%.2fx %s)", withCPU[0].cfg, withCPU[0].cpu/withCPU[1].cpu, withCPU[1].cfg)
-	}
-	return s
+	return fmt.Sprintf("%.2fx %s", c.geo, c.verdict(m.higherBetter))
 }
 
-// fmtMicros formats ns as µs; NaN is missing.
-func fmtMicros(ns float64) string {
-	if math.IsNaN(ns) {
-		return "missing"
-	}
-	return fmt.Sprintf("%.1fµs", ns/1e3)
-}
-
-func fmtCount(v float64) string {
+// fmtUnit formats a median of unit for people; NaN is missing.
+func fmtUnit(unit string, v float64) string {
 	if math.IsNaN(v) {
 		return "missing"
 	}
-	return fmt.Sprintf("%.2f", v)
+	switch {
+	case unit == "req/s":
+		return fmt.Sprintf("%.0f", v)
+	case unit == "throttled-ns":
+		return fmt.Sprintf("%.0fms", v/1e6)
+	case unit == "throttled-periods" || unit == "quota-periods":
+		return fmt.Sprintf("%.0f", v)
+	case strings.HasSuffix(unit, "-util"):
+		return fmt.Sprintf("%.0f%%", 100*v)
+	case unit == "syscalls/op":
+		return fmt.Sprintf("%.2f", v)
+	case unit == byMemory.unit:
+		return fmt.Sprintf("%.2f", v/1024)
+	case v >= 10e6:
+		return fmt.Sprintf("%.1fms", v/1e6)
+	}
+	return fmt.Sprintf("%.1fµs", v/1e3)
+}
+
+// writeBlock renders b as text.
+func writeBlock(w io.Writer, b block) {
+	fmt.Fprintf(w, "\n%s\n", wrapText(b.title, summaryWidth, "  "))
+	for _, n := range b.notes {
+		fmt.Fprintln(w, wrapText(b.indent+n, summaryWidth, b.indent+"  "))
+	}
+	width := make([]int, len(b.head))
+	for _, r := range append([][]string{b.head}, b.rows...) {
+		for i, c := range r {
+			if i < len(width) {
+				width[i] = max(width[i], len([]rune(c)))
+			}
+		}
+	}
+	for _, r := range append([][]string{b.head}, b.rows...) {
+		var cells []string
+		for i, c := range r {
+			pad := strings.Repeat(" ", width[i]-len([]rune(c)))
+			if i < b.left || strings.HasPrefix(b.head[i], "vs ") {
+				cells = append(cells, c+pad)
+			} else {
+				cells = append(cells, pad+c)
+			}
+		}
+		fmt.Fprintln(w, strings.TrimRight(b.indent+strings.Join(cells, "  "), " "))
+	}
+	for _, f := range b.foot {
+		fmt.Fprintln(w, wrapText(b.indent+f, summaryWidth, b.indent+"  "))
+	}
 }
 
 // med is the median of vs; NaN when empty.
@@ -192,80 +240,6 @@ func med(vs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-// utest is the two-sided exact p-value of the Mann-Whitney U test that a
-// and b come from the same distribution, as benchstat computes it for
-// small samples without ties (ties count half). 1 when either is empty.
-func utest(a, b []float64) float64 {
-	n, m := len(a), len(b)
-	if n == 0 || m == 0 {
-		return 1
-	}
-	// U counts pairs (x in a, y in b) with x > y, ties half: twice it is
-	// an integer.
-	u2 := 0
-	for _, x := range a {
-		for _, y := range b {
-			switch {
-			case x > y:
-				u2 += 2
-			case x == y:
-				u2++
-			}
-		}
-	}
-	// The distribution of U under the null hypothesis: the number of
-	// arrangements of n a's and m b's with each U, by the recurrence
-	// f(n, m, u) = f(n-1, m, u-m) + f(n, m-1, u).
-	dist := uDist(n, m)
-	total := 0.0
-	for _, c := range dist {
-		total += c
-	}
-	// Two-sided: the probability of a U at least as far from the mean.
-	mean2 := n * m // twice the mean n*m/2
-	dev := u2 - mean2
-	if dev < 0 {
-		dev = -dev
-	}
-	p := 0.0
-	for u, c := range dist {
-		d := 2*u - mean2
-		if d < 0 {
-			d = -d
-		}
-		if d >= dev {
-			p += c
-		}
-	}
-	return min(1, p/total)
-}
-
-// uDist returns, for u = 0..n*m, how many orderings of n and m distinct
-// values give U = u.
-func uDist(n, m int) []float64 {
-	// f[i][j] is the distribution for i and j values.
-	f := make([][][]float64, n+1)
-	for i := range f {
-		f[i] = make([][]float64, m+1)
-		for j := range f[i] {
-			d := make([]float64, i*j+1)
-			switch {
-			case i == 0 || j == 0:
-				d[0] = 1
-			default:
-				for u, c := range f[i-1][j] { // the largest is an a: it beats all j b's
-					d[u+j] += c
-				}
-				for u, c := range f[i][j-1] { // the largest is a b
-					d[u] += c
-				}
-			}
-			f[i][j] = d
-		}
-	}
-	return f[n][m]
 }
 
 // wideLines returns the lines of s longer than width columns (runes).

@@ -1,96 +1,132 @@
 package main
 
 import (
-	"math"
+	"math/rand/v2"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
 
-// TestUTest checks the exact Mann-Whitney U p-values against known ones:
-// two fully separated samples of 6 give 2/924, as benchstat reports
-// (p=0.002); identical samples give 1; 3 against 3 cannot go below 0.1.
-func TestUTest(t *testing.T) {
-	a := []float64{1, 2, 3, 4, 5, 6}
-	b := []float64{7, 8, 9, 10, 11, 12}
-	if p := utest(a, b); math.Abs(p-2.0/924) > 1e-12 {
-		t.Errorf("separated 6 vs 6: p = %v, want %v", p, 2.0/924)
-	}
-	if p := utest(b, a); math.Abs(p-2.0/924) > 1e-12 {
-		t.Errorf("separated, reversed: p = %v", p)
-	}
-	if p := utest(a, a); p != 1 {
-		t.Errorf("identical: p = %v, want 1", p)
-	}
-	if p := utest(a[:3], b[:3]); math.Abs(p-0.1) > 1e-12 {
-		t.Errorf("separated 3 vs 3: p = %v, want 0.1", p)
-	}
-	// Interleaved: 1 3 5 7 9 11 against 2 4 6 8 10 12 is no difference.
-	if p := utest([]float64{1, 3, 5, 7, 9, 11}, []float64{2, 4, 6, 8, 10, 12}); p < 0.5 {
-		t.Errorf("interleaved: p = %v, want large", p)
-	}
-	if p := utest(nil, b); p != 1 {
-		t.Errorf("empty: p = %v, want 1", p)
-	}
-}
-
-// TestSummary builds a summary from fixed results: ratios to net and to
-// the best peer with significance, a configuration that failed every round
-// shown as missing (never as zero), a missing metric as missing, and no
-// line wider than summaryWidth.
-func TestSummary(t *testing.T) {
-	var rs []result
-	add := func(cfg string, nsop float64, withSys bool) {
-		m := map[string]float64{"ns/op": nsop, "p50-ns": nsop * 0.9, "p99-ns": nsop * 3, "server-cpu-ns/op": nsop / 2}
-		if withSys {
-			m["syscalls/op"] = 4
-		}
-		rs = append(rs, result{labels: map[string]string{"cfg": cfg, "conns": "1", "size": "64"}, metrics: m})
-	}
-	for i := range 6 {
-		d := float64(i)
-		add("net", 20000+d, true)
-		add("et", 19000+d, false) // faster than net, syscalls missing
-		add("gnet", 15000+d, true)
-		add("c", 18000+d*1000, true) // wide: not clearly apart from gnet
-	}
-	srvs, err := pickServers([]string{"net", "et", "auto", "gnet", "c"}) // auto: failed every round
+// syntheticTable is a run of 6 rounds on a drifting host (±25% a round,
+// shared by every configuration of the round, 1% noise each):
+//   - echo, 1 conn: auto 1.30x net's req/s, et level with net, gnet 0.90x,
+//     c failed every round; the load generator at 60% of its CPU;
+//   - echo, 50 conns: every server at the same req/s with the load
+//     generator at 97% of its CPU, auto at 0.85x net's CPU per request;
+//   - quota: auto's p99.9 1.5x net's;
+//
+// and idle memory of net, auto and gnet.
+func syntheticTable(t *testing.T) *table {
+	t.Helper()
+	srvs, err := pickServers([]string{"net", "auto", "et", "gnet", "c"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	sums := summarize(rs, srvs, []cell{{conns: 1, size: 64}})
-	var b strings.Builder
-	writeSummary(&b, sums)
-	out := b.String()
-	t.Log("\n" + out)
-	row := func(cfg string) string {
-		for _, l := range strings.Split(out, "\n") {
-			if f := strings.Fields(l); len(f) > 0 && f[0] == cfg {
-				return l
-			}
+	qsrvs, err := pickServers(quotaConfigs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := &cellPlan{cell: cell{conns: 1, size: 64}, srvs: srvs, rounds: 6}
+	fifty := &cellPlan{cell: cell{conns: 50, size: 64}, srvs: srvs, rounds: 6}
+	quota := &cellPlan{cell: cell{conns: 1, size: 64, quota: 0.5}, srvs: qsrvs, rounds: 6, file: quotaFile}
+	tb := &table{plan: &plan{cells: []*cellPlan{one, fifty, quota}}, herd: []herdRow{{Source: "pipe", Mode: "wakeall"}}}
+	rng := rand.New(rand.NewPCG(7, 7))
+	noise := func() float64 { return 1 + 0.01*rng.NormFloat64() }
+	add := func(c cell, cfg string, round int, m map[string]float64) {
+		labels := map[string]string{"cfg": cfg, "conns": strconv.Itoa(c.conns), "size": "64"}
+		if c.quota > 0 {
+			labels["quota"] = "0.5"
 		}
-		t.Fatalf("no line for %s in\n%s", cfg, out)
-		return ""
+		tb.results = append(tb.results, result{labels: labels, metrics: m, round: round})
 	}
-	if !strings.Contains(out, "best peer gnet") {
-		t.Errorf("best peer is not gnet")
+	for round := 1; round <= 6; round++ {
+		drift := 0.75 + 0.5*rng.Float64()
+		for cfg, speed := range map[string]float64{"net": 1, "auto": 1.3, "et": 1, "gnet": 0.9} {
+			nsop := 40e3 / (drift * speed * noise())
+			add(one.cell, cfg, round, map[string]float64{"ns/op": nsop, "p50-ns": nsop * 0.9, "server-cpu-ns/op": nsop * 0.8,
+				"client-cpu-ns/op": nsop * 0.6, "syscalls/op": 6})
+			cpu := 8e3 / drift * noise()
+			if cfg == "auto" {
+				cpu *= 0.85
+			}
+			nsop = 8e3 / (drift * noise())
+			add(fifty.cell, cfg, round, map[string]float64{"ns/op": nsop, "p50-ns": nsop * 50, "server-cpu-ns/op": cpu,
+				"client-cpu-ns/op": nsop * 0.97, "syscalls/op": 3})
+		}
+		for cfg, tail := range map[string]float64{"net": 1, "auto": 1.5, "et": 1.1} {
+			add(quota.cell, cfg, round, map[string]float64{"ns/op": 70e3, "p99.9-ns": 1e6 * tail / drift * noise(),
+				"max-ns": 30e6 * tail, "throttled-ns": 3e8 * tail, "throttled-periods": 10, "client-cpu-ns/op": 20e3})
+		}
 	}
-	if f := strings.Fields(row("et")); f[len(f)-2] != "1.05x*" || f[len(f)-3] != "missing" {
-		t.Errorf("et: want 1.05x* vs net and syscalls missing, got %q", row("et"))
+	tb.idle = []idleRow{{cfg: "net", conns: 10000, perConn: 7.7 * 1024}, {cfg: "auto", conns: 10000, perConn: 7.9 * 1024},
+		{cfg: "gnet", conns: 10000, perConn: 0.5 * 1024}}
+	tb.calStart = calibration{cpu: "Test CPU", ncpu: 2, kernel: "6.18", toolVer: "go1.26.8", syscallNs: 150, sameCoreUs: 6, crossCoreUs: 40,
+		pinning: "server pinned to CPU 0"}
+	tb.calEnd = tb.calStart
+	return tb
+}
+
+// TestVerdict judges the synthetic run: the measure each cell is decided
+// on, the paired words, the best peer, a configuration that failed every
+// round shown as missing; and the summary text says the machine once,
+// puts the verdict first, and fits in summaryWidth columns.
+func TestVerdict(t *testing.T) {
+	tb := syntheticTable(t)
+	vs := judge(tb, 2)
+	if len(vs) != 3 {
+		t.Fatalf("%d cells judged, want 3", len(vs))
 	}
-	if f := strings.Fields(row("gnet")); f[len(f)-1] != "—" || f[len(f)-2] != "1.33x*" {
-		t.Errorf("gnet: want 1.33x* vs net and — vs itself, got %q", row("gnet"))
+	one, fifty, quota := vs[0], vs[1], vs[2]
+	check := func(v cellVerdict, cfg string, c *comparison, want string) {
+		t.Helper()
+		if got := word(c, v.measure); got != want {
+			t.Errorf("%s %s on %s: %s (%s), want %s", v.cp.short(), cfg, v.measure.name, got, compact(c, v.measure), want)
+		}
 	}
-	if f := strings.Fields(row("net")); f[len(f)-2] != "—" || f[len(f)-1] != "0.75x*" {
-		t.Errorf("net: want — and 0.75x* vs gnet, got %q", row("net"))
+	if one.measure != byThroughput || fifty.measure != byCPU || quota.measure != byTail {
+		t.Errorf("measures %s, %s, %s; want req/s (server-bound), CPU/req (client at 97%%), p99.9 (quota)", one.measure.name, fifty.measure.name, quota.measure.name)
 	}
-	if l := row("auto"); !strings.Contains(l, "missing") || strings.Contains(l, " 0 req") || strings.Contains(l, "0.0") {
-		t.Errorf("auto failed every round: want missing, got %q", l)
+	if one.peer != "gnet" {
+		t.Errorf("best peer at 1 conn: %q, want gnet (c failed every round)", one.peer)
 	}
-	if w := wideLines(out, summaryWidth); len(w) > 0 {
+	check(one, "auto", one.row("auto").vsNet, verdictWins)
+	check(one, "et", one.row("et").vsNet, verdictLevel)
+	check(one, "gnet", one.row("gnet").vsNet, verdictLoses)
+	check(one, "auto", one.row("auto").vsPeer, verdictWins)
+	check(fifty, "auto", fifty.row("auto").vsNet, verdictWins) // less CPU per request
+	check(fifty, "et", fifty.row("et").vsNet, verdictLevel)
+	check(quota, "auto", quota.row("auto").vsNet, verdictLoses) // a longer tail
+	if r := one.row("c"); !r.missing || r.vsNet != nil {
+		t.Errorf("c: missing %v, vsNet %v; want missing with no comparison", r.missing, r.vsNet)
+	}
+	if !strings.Contains(fifty.why, "load generator is saturated (97%") {
+		t.Errorf("50 conns: why %q", fifty.why)
+	}
+
+	blocks := summaryBlocks(tb, vs)
+	text := writeSummary(tb, blocks, nil)
+	t.Log("\n" + text)
+	if n := strings.Count(text, "Calibration before:"); n != 1 {
+		t.Errorf("the calibration is said %d times, want once", n)
+	}
+	if i, j := strings.Index(text, "Verdict:"), strings.Index(text, "echo, 1 conn, 64 B\n"); i < 0 || j < 0 || i > j {
+		t.Errorf("the verdict (at %d) does not come before the cells' detail (at %d)", i, j)
+	}
+	for _, want := range []string{
+		`(?m)^  echo, 1 conn +req/s +\d+ +1\.\d\dx \[[\d.]+,[\d.]+\] wins +gnet 1\.\d\dx \[[\d.]+,[\d.]+\] wins$`,
+		`(?m)^  echo, 50 conns +CPU/req +[\d.]+µs +0\.8\dx \[[\d.]+,[\d.]+\] wins`,
+		`(?m)^  echo, 1 conn, quota 0\.5 +p99\.9 .* loses +no peer$`,
+		`(?m)^  idle, 10000 conns +KiB/conn +7\.90 +1\.03x \(1 sample\) level +gnet 15\.80x \(1 sample\) loses$`,
+		`(?m)^  herd .* not judged`,
+		`(?m)^  c +0 +missing$`,
+	} {
+		if !regexp.MustCompile(want).MatchString(text) {
+			t.Errorf("summary lacks %s", want)
+		}
+	}
+	if w := wideLines(text, summaryWidth); len(w) > 0 {
 		t.Errorf("lines over %d columns: %q", summaryWidth, w)
-	}
-	if !strings.Contains(out, "most req/s: gnet") {
-		t.Errorf("no leader line")
 	}
 }
 

@@ -37,9 +37,10 @@ type sweep struct {
 	srvs   []server  // the configurations, in column order
 	rates  []float64 // ascending, the closed loop (0) last
 	rounds int
-	// reused is the main matrix's rounds when the closed loop's lines are
-	// its conns=1/size=64 measurements, the same load; 0 when the sweep
-	// measured the closed loop itself.
+	shape  cell      // the load apart from the rate, placed as the run's first placement
+	// reused is the plan's closed cell's rounds when the closed loop's
+	// lines are that cell's, measured with the main matrix; 0 when the
+	// sweep added that cell for itself.
 	reused  int
 	skipped []string // configurations the sweep would have had but the build dropped
 }
@@ -83,71 +84,50 @@ func rateLabel(rate float64) string {
 	return strconv.FormatFloat(rate, 'f', -1, 64)
 }
 
-// runSweep measures the sweep into sweep.txt, configurations interleaved
-// round by round as in the main matrix. The closed loop's lines are the
-// main matrix's conns=1/size=64 ones (main) when it has that cell: the
-// same load, measured the same way, so measuring it again would only
-// lengthen the run. It returns nil when no configuration of the run is a
+// planSweep adds the sweep's open-loop cells to p: the sweep
+// configurations among srvs at each rate, placed as the run's first
+// placement (pinned when the run pins). Its closed loop is the plan's
+// closed cell of the same shape, added for the sweep's configurations when
+// the plan lacks it. It returns nil when no configuration of the run is a
 // sweep configuration.
-func runSweep(ctx context.Context, r *runner, srvs []server, skipped []string, main []measured) (*sweep, []string, error) {
-	o := r.opts
-	sw := &sweep{path: filepath.Join(o.out, "sweep.txt"), rates: o.rates, rounds: o.sweepRounds}
-	for _, s := range srvs {
-		if slices.Contains(sweepConfigs, s.name) {
-			sw.srvs = append(sw.srvs, s)
-		}
-	}
+func planSweep(p *plan, o *options, srvs []server, skipped []string) *sweep {
+	sw := &sweep{path: sweepFile, rates: o.rates, rounds: o.sweepRounds}
 	for _, sk := range skipped {
 		if name, _, _ := strings.Cut(sk, ":"); slices.Contains(sweepConfigs, name) {
 			sw.skipped = append(sw.skipped, sk)
 		}
 	}
+	sw.srvs = keep(srvs, func(s server) bool { return slices.Contains(sweepConfigs, s.name) })
 	if len(sw.srvs) == 0 {
-		fmt.Fprintf(r.stderr, "netpollbench: sweep skipped: none of %s among the configurations\n", strings.Join(sweepConfigs, ", "))
-		return nil, nil, nil
+		p.notes = append(p.notes, fmt.Sprintf("Sweep skipped: none of %s among the configurations.", strings.Join(sweepConfigs, ", ")))
+		return nil
 	}
-	var cells []cell
+	shape := sweepShape
+	shape.unpinned = !o.pinned
+	sw.shape = shape
 	for _, rate := range o.rates {
-		if rate == 0 && slices.Contains(o.cells, sweepShape) {
-			sw.reused = o.rounds
+		if rate == 0 {
+			if cp := p.find(shape); cp != nil {
+				sw.reused = cp.rounds
+			} else {
+				p.cells = append(p.cells, &cellPlan{cell: shape, srvs: sw.srvs, rounds: o.sweepRounds,
+					warmup: o.warmup, duration: o.duration, file: rawFile})
+			}
 			continue
 		}
-		c := sweepShape
+		c := shape
 		c.rate = rate
-		cells = append(cells, c)
+		p.cells = append(p.cells, &cellPlan{cell: c, srvs: sw.srvs, rounds: o.sweepRounds,
+			warmup: o.warmup, duration: o.duration, file: sweepFile})
 	}
-	f, err := os.Create(sw.path)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer f.Close()
-	writeHeader(f, r.cal)
-	note := ""
-	if sw.reused > 0 {
-		note = " (closed: the main matrix's)"
-		fmt.Fprintf(f, "closed-loop: the rate=closed lines are the main matrix's %s measurements (raw.txt)\n", sweepShape)
-	}
-	fmt.Fprintf(r.stderr, "netpollbench: sweep: %s at rates %s%s, %d configurations, %d rounds\n",
-		sweepShape, sw.rateList(), note, len(sw.srvs), sw.rounds)
-	_, failures, err := r.series(ctx, "sweep ", interleave(sw.rounds, false, cells, sw.srvs), sweepLine, f, nil)
-	if err != nil {
-		return nil, failures, err
-	}
-	if sw.reused > 0 {
-		for _, m := range main {
-			if m.c == sweepShape && slices.ContainsFunc(sw.srvs, func(s server) bool { return s.name == m.s.name }) {
-				fmt.Fprintln(f, sweepLine(m.job, m.line))
-			}
-		}
-	}
-	return sw, failures, f.Close()
+	return sw
 }
 
-// sweepLine labels a sweep measurement for benchstat: the closed loop gets
-// rate=closed (loadgen names only an open loop's rate), and every line the
-// server's CPU utilisation.
-func sweepLine(j job, line string) string {
-	if j.c.rate == 0 {
+// sweepLine labels a sweep measurement for benchstat: the closed loop's
+// line gets rate=closed (loadgen names only an open loop's rate), and every
+// line the server's CPU utilisation.
+func sweepLine(line string, closed bool) string {
+	if closed {
 		name, rest, _ := strings.Cut(line, "\t")
 		line = name + "/rate=closed\t" + rest
 	}
@@ -166,23 +146,35 @@ func (sw *sweep) rateList() string {
 	return strings.Join(l, ",")
 }
 
-// reportSweep writes the sweep's benchstat tables, prints their file name, (rows rate,
-// columns configuration) and draws its plots; it returns the plot files.
-func reportSweep(ctx context.Context, root string, sw *sweep, stdout io.Writer) ([]string, error) {
-	path, err := filepath.Abs(sw.path)
+// reportSweep appends the closed loop's lines (the plan's closed cell of
+// the sweep's shape, from t) to sweep.txt in dir, writes the sweep's
+// benchstat tables (rows rate, columns configuration), prints their file
+// name and draws its plots; it returns the plot files.
+func reportSweep(ctx context.Context, root, dir string, sw *sweep, t *table, stdout io.Writer) ([]string, error) {
+	path := filepath.Join(dir, sw.path)
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	tables, err := benchstat(ctx, root, "-row", "/rate", "-col", "/cfg",
+	fmt.Fprintf(f, "closed-loop: the rate=closed lines are the %s cell's (%s)\n", sw.shape, rawFile)
+	for _, r := range t.results {
+		if r.round > 0 && sw.shape.matches(r) && slices.ContainsFunc(sw.srvs, func(s server) bool { return s.name == r.labels["cfg"] }) {
+			fmt.Fprintf(f, "round: %d\n%s\n", r.round, sweepLine(r.line, true))
+		}
+	}
+	if err := f.Close(); err != nil {
+		return nil, err
+	}
+	tables, err := benchstat(ctx, root, "-ignore", "round", "-row", "/rate", "-col", cfgColumns(sw.srvs),
 		"-filter", ".unit:(p50-ns OR p99-ns OR server-cpu-ns/op OR "+utilUnit+")", path)
 	if err != nil {
 		return nil, err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Open-loop sweep: %s, offered load in requests/s (rate), latency from each request's intended send time;\n", sweepShape)
-	fmt.Fprintf(&b, "configurations interleaved over %d rounds", sw.rounds)
+	fmt.Fprintf(&b, "Open-loop sweep: %s, offered load in requests/s (rate), latency from each request's intended send time;\n", sw.shape)
+	fmt.Fprintf(&b, "configurations in a random order within each of %d rounds", sw.rounds)
 	if sw.reused > 0 {
-		fmt.Fprintf(&b, "; rate=closed is the main matrix's %s over its %d rounds", sweepShape, sw.reused)
+		fmt.Fprintf(&b, "; rate=closed is the main matrix's %s over its %d rounds", sw.shape, sw.reused)
 	}
 	fmt.Fprintf(&b, ".\n%s is server CPU seconds per second (1 = one whole CPU). A rate a configuration cannot keep up\n", utilUnit)
 	fmt.Fprintf(&b, "with queues its requests: its latency is then the queue's and grows with -duration (the plots say saturated).\n")
@@ -191,15 +183,15 @@ func reportSweep(ctx context.Context, root string, sw *sweep, stdout io.Writer) 
 		fmt.Fprintf(&b, "Skipped %s\n", s)
 	}
 	b.WriteString("\n" + tables)
-	tablesPath := filepath.Join(filepath.Dir(path), "sweep-tables.txt")
+	tablesPath := filepath.Join(dir, "sweep-tables.txt")
 	if err := os.WriteFile(tablesPath, []byte(b.String()), 0o644); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(stdout, "Sweep tables (open loop, %s):\n  %s\n", sweepShape, tablesPath)
+	fmt.Fprintf(stdout, "Sweep tables (open loop, %s):\n  %s\n", sw.shape, tablesPath)
 
 	results, err := readResults(path)
 	if err != nil {
 		return nil, err
 	}
-	return drawSweep(filepath.Dir(path), sw, results)
+	return drawSweep(dir, sw, results)
 }

@@ -35,7 +35,7 @@ func drawSweep(dir string, sw *sweep, rs []result) ([]string, error) {
 	logErr := func(sp spread) struct{ Low, High float64 } {
 		return struct{ Low, High float64 }{lg(sp.med) - lg(sp.lo), lg(sp.hi) - lg(sp.med)}
 	}
-	load := sweepShape.title()
+	load := sw.shape.title()
 
 	frontier := newFigure("sweep-frontier.svg", "Server CPU per request against p50 latency, by offered rate, "+load, 9*vg.Inch, 5.5*vg.Inch)
 	frontier.logX, frontier.logY = micros, micros

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"slices"
+)
+
+// The verdict: for each cell of the plan, what decides it (its measure),
+// every configuration's medians, and each configuration's paired ratio to
+// package net and to the cell's best peer on that measure (paired.go).
+
+// measure is the figure that decides a cell.
+type measure struct {
+	unit         string // the table's unit (value)
+	name         string // for people
+	higherBetter bool
+}
+
+var (
+	byThroughput = measure{"req/s", "req/s", true}
+	byCPU        = measure{"server-cpu-ns/op", "CPU/req", false}
+	byTail       = measure{"p99.9-ns", "p99.9", false}
+	byMemory     = measure{"rss-bytes/conn", "KiB/conn", false}
+)
+
+// clientBound is the share of its CPUs above which the load generator,
+// not the server, limits a closed loop's throughput: req/s then measures
+// the client, and the cell is decided on the server's CPU per request.
+const clientBound = 0.9
+
+// peers are the configurations that are not this project's: the callback
+// libraries and the C reference, against which "best peer" is taken.
+var peers = []string{"gnet", "nbio", "cloudwego", "c"}
+
+// cellVerdict is one cell judged.
+type cellVerdict struct {
+	cp         *cellPlan
+	measure    measure // decides
+	second     measure // shown beside it
+	why        string  // why this measure
+	clientUtil float64 // the load generator's CPU, in CPUs: median over the cell's measurements; NaN if unknown
+	rows       []cfgRow
+	peer       string // the best peer on the measure; "" without one
+}
+
+// cfgRow is one configuration of a cell.
+type cfgRow struct {
+	cfg     string
+	n       int                // rounds measured
+	med     map[string]float64 // medians over rounds, by unit (value's units)
+	vsNet   *comparison        // on the cell's measure; nil for net itself or without net
+	vsNet2  *comparison        // on its second measure
+	vsPeer  *comparison        // against the best peer; nil for the peer itself or without one
+	missing bool               // no round measured
+}
+
+// medianUnits are the units whose medians the rows carry.
+var medianUnits = []string{"req/s", "p50-ns", "p99-ns", "p99.9-ns", "p99.99-ns", "max-ns", "server-cpu-ns/op",
+	"syscalls/op", "client-cpu-util", utilUnit, "throttled-periods", "throttled-ns", "quota-periods"}
+
+// judge judges every cell of t's plan. ncpu is the machine's CPUs (an
+// unpinned cell's client shares them with the server).
+func judge(t *table, ncpu int) []cellVerdict {
+	var out []cellVerdict
+	for _, cp := range t.plan.cells {
+		out = append(out, judgeCell(t, cp, ncpu))
+	}
+	return out
+}
+
+func judgeCell(t *table, cp *cellPlan, ncpu int) cellVerdict {
+	v := cellVerdict{cp: cp}
+	series := map[string]map[string][]float64{} // cfg -> unit -> by round
+	var clients, totals []float64
+	for _, s := range cp.srvs {
+		row := cfgRow{cfg: s.name, med: map[string]float64{}}
+		series[s.name] = map[string][]float64{}
+		for _, u := range append(slices.Clone(medianUnits), byThroughput.unit) {
+			vs := t.byRound(cp.cell, s.name, u, cp.rounds)
+			series[s.name][u] = vs
+			row.med[u] = med(present(vs))
+		}
+		row.n = len(present(series[s.name]["req/s"]))
+		row.missing = row.n == 0
+		cl, srv := series[s.name]["client-cpu-util"], series[s.name][utilUnit]
+		for i := range cl {
+			if !math.IsNaN(cl[i]) {
+				clients = append(clients, cl[i])
+				if !math.IsNaN(srv[i]) {
+					totals = append(totals, cl[i]+srv[i])
+				}
+			}
+		}
+		v.rows = append(v.rows, row)
+	}
+	v.clientUtil = med(clients)
+	switch {
+	case cp.quota > 0:
+		v.measure, v.why = byTail, "under a quota the tail decides: throttling stalls every request waiting in its window"
+	case cp.rate > 0:
+		v.measure, v.why = byCPU, "an open loop's throughput is the offered rate: CPU per request decides, p50 beside it"
+	case cp.unpinned && med(totals) >= clientBound*float64(ncpu):
+		v.measure = byCPU
+		v.why = fmt.Sprintf("the machine is saturated (server and load generator use %.0f%% of its %d CPUs): req/s measures both", 100*med(totals)/float64(ncpu), ncpu)
+	case !cp.unpinned && v.clientUtil >= clientBound:
+		v.measure = byCPU
+		v.why = fmt.Sprintf("the load generator is saturated (%.0f%% of its CPU): req/s measures it, not the server", 100*v.clientUtil)
+	default:
+		v.measure = byThroughput
+		v.why = "the server is the bottleneck"
+		if !math.IsNaN(v.clientUtil) {
+			share := v.clientUtil
+			if cp.unpinned {
+				share = med(totals) / float64(ncpu)
+			}
+			v.why += fmt.Sprintf(" (load generator %.0f%% of its CPU)", 100*v.clientUtil)
+			if cp.unpinned {
+				v.why = fmt.Sprintf("the machine is not saturated (server and load generator use %.0f%% of its %d CPUs)", 100*share, ncpu)
+			}
+		}
+	}
+	switch {
+	case cp.quota > 0:
+		v.second = measure{"max-ns", "max", false}
+	case v.measure == byCPU && cp.rate > 0:
+		v.second = measure{"p50-ns", "p50", false}
+	case v.measure == byCPU:
+		v.second = byThroughput
+	default:
+		v.second = byCPU
+	}
+	// The best peer on the measure.
+	m := v.measure
+	best := -1
+	for i, r := range v.rows {
+		if r.missing || !slices.Contains(peers, r.cfg) || math.IsNaN(r.med[m.unit]) {
+			continue
+		}
+		if best < 0 || better(m, r.med[m.unit], v.rows[best].med[m.unit]) {
+			best = i
+		}
+	}
+	if best >= 0 {
+		v.peer = v.rows[best].cfg
+	}
+	for i := range v.rows {
+		r := &v.rows[i]
+		if r.missing {
+			continue
+		}
+		if r.cfg != "net" && series["net"] != nil {
+			c := compare(series[r.cfg][m.unit], series["net"][m.unit])
+			c2 := compare(series[r.cfg][v.second.unit], series["net"][v.second.unit])
+			r.vsNet, r.vsNet2 = &c, &c2
+		}
+		if v.peer != "" && r.cfg != v.peer {
+			c := compare(series[r.cfg][m.unit], series[v.peer][m.unit])
+			r.vsPeer = &c
+		}
+	}
+	return v
+}
+
+// row returns the row of cfg, or nil.
+func (v *cellVerdict) row(cfg string) *cfgRow {
+	for i := range v.rows {
+		if v.rows[i].cfg == cfg {
+			return &v.rows[i]
+		}
+	}
+	return nil
+}
+
+// better reports whether a is better than b on m.
+func better(m measure, a, b float64) bool {
+	if m.higherBetter {
+		return a > b
+	}
+	return a < b
+}
+
+// present returns the values of vs that were measured (positive).
+func present(vs []float64) []float64 {
+	return slices.DeleteFunc(slices.Clone(vs), func(v float64) bool { return !(v >= 0) || math.IsNaN(v) })
+}
+
+// word is the verdict of a comparison on m, or why there is none.
+func word(c *comparison, m measure) string {
+	if c == nil {
+		return "—"
+	}
+	return c.verdict(m.higherBetter)
+}
+
+// idleVerdict is the idle experiment's row of the verdict: the default's
+// KiB per connection against net's and the best peer's, one sample each
+// (no interval: the word is from the ratio alone, level within
+// [levelLo, levelHi]).
+type idleVerdict struct {
+	conns          int
+	def, net, peer *idleRow
+}
+
+func judgeIdle(rows []idleRow) *idleVerdict {
+	iv := &idleVerdict{}
+	for i := range rows {
+		r := &rows[i]
+		if r.err != nil {
+			continue
+		}
+		switch {
+		case r.cfg == defaultCfg:
+			iv.def, iv.conns = r, r.conns
+		case r.cfg == "net":
+			iv.net = r
+		case slices.Contains(peers, r.cfg) && (iv.peer == nil || r.perConn < iv.peer.perConn):
+			iv.peer = r
+		}
+	}
+	if iv.def == nil {
+		return nil
+	}
+	return iv
+}
+
+// oneSample is the verdict of a single-sample ratio, lower better.
+func oneSample(x, base *idleRow) string {
+	if base == nil || base.perConn <= 0 {
+		return "n/a"
+	}
+	r := x.perConn / base.perConn
+	w := verdictLevel
+	switch {
+	case r < levelLo:
+		w = verdictWins
+	case r > levelHi:
+		w = verdictLoses
+	}
+	return fmt.Sprintf("%.2fx (1 sample) %s", r, w)
+}
