@@ -295,4 +295,3 @@ func metrics(line string) map[string]float64 {
 	}
 	return m
 }
-

@@ -19,16 +19,15 @@ const summaryWidth = 120
 
 // block is a table for people: the text summary and the HTML render it.
 type block struct {
-	id    string // HTML anchor
-	title string
-	notes []string // under the title
-	head  []string
-	rows  [][]string
-	left  int      // the first left columns are left-aligned (text), the rest right-aligned but for "vs ..."
-	foot  []string // under the table
-	indent string // the text rendering's indent of the rows and notes
+	id     string // HTML anchor
+	title  string
+	notes  []string // under the title
+	head   []string
+	rows   [][]string
+	left   int      // the first left columns are left-aligned (text), the rest right-aligned but for "vs ..."
+	foot   []string // under the table
+	indent string   // the text rendering's indent of the rows and notes
 }
-
 
 // summaryBlocks builds the verdict and the detail of every cell.
 func summaryBlocks(t *table, vs []cellVerdict) []block {

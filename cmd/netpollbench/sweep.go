@@ -37,7 +37,7 @@ type sweep struct {
 	srvs   []server  // the configurations, in column order
 	rates  []float64 // ascending, the closed loop (0) last
 	rounds int
-	shape  cell      // the load apart from the rate, placed as the run's first placement
+	shape  cell // the load apart from the rate, placed as the run's first placement
 	// reused is the plan's closed cell's rounds when the closed loop's
 	// lines are that cell's, measured with the main matrix; 0 when the
 	// sweep added that cell for itself.
