@@ -205,20 +205,7 @@ func (c cell) short() string {
 }
 
 // fileName is the cell in plot file names: conns1-size64, http-conns50,
-// conns1-size64-unpinned, conns1-size64-quota0.5.
+// conns1-size64-unpinned, conns1-size64-quota0.5, conns1-size64-rate2000.
 func (c cell) fileName() string {
-	s := fmt.Sprintf("conns%d-size%d", c.conns, c.size)
-	if c.http() {
-		s = fmt.Sprintf("http-conns%d", c.conns)
-	}
-	if c.unpinned {
-		s += "-unpinned"
-	}
-	if c.quota > 0 {
-		s += "-quota" + strconv.FormatFloat(c.quota, 'f', -1, 64)
-	}
-	if c.rate > 0 {
-		s += "-rate" + rateLabel(c.rate)
-	}
-	return s
+	return strings.NewReplacer("proto=http/", "http-", "pin=off", "unpinned", "=", "", "/", "-").Replace(c.String())
 }

@@ -179,7 +179,7 @@ func raiseNoFile(need int) error {
 // idle starts s with args, as measure does, and measures row.conns idle
 // connections to it into row.
 func (r *runner) idle(ctx context.Context, s server, args []string, row *idleRow) error {
-	srv, err := r.start(ctx, r.pin, r.bins[s.bin], args, s.env, idleLifetime)
+	srv, err := r.start(ctx, r.pin, nil, r.bins[s.bin], args, s.env, idleLifetime)
 	if err != nil {
 		return err
 	}

@@ -315,7 +315,8 @@ func TestHTTPDefaultFollowsConfigs(t *testing.T) {
 // (pinned and unpinned echo, net/http, the quota cell, the open loop,
 // idle memory, the herd), enough rounds for the paired interval, each
 // round measures every configuration of a cell once, and the order within
-// a round is random (seeded), not net first.
+// a round is random (seeded), not net first, with a cell's measurements
+// together.
 func TestDefaults(t *testing.T) {
 	o, err := parseFlags([]string{"-runtime", "off", "-pin", "on"}, &bytes.Buffer{})
 	if err != nil {
@@ -373,6 +374,14 @@ func TestDefaults(t *testing.T) {
 			}
 			if round == 1 {
 				firsts[js[0].s.name+" "+js[0].c.String()] = true
+			}
+			// A cell's measurements are together within the round.
+			seen := map[*cellPlan]bool{}
+			for i, j := range js {
+				if i > 0 && js[i-1].c != j.c && seen[j.c] {
+					t.Fatalf("seed %d round %d: %s measured apart", seed, round, j.c)
+				}
+				seen[j.c] = true
 			}
 		}
 	}
@@ -558,7 +567,7 @@ func TestStartEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &runner{opts: &options{}, bins: bins, stderr: io.Discard}
-	srv, err := r.start(t.Context(), false, bins["echoserver"], srvs[0].args, []string{"GODEBUG=netpollshortread=1"}, time.Minute)
+	srv, err := r.start(t.Context(), false, nil, bins["echoserver"], srvs[0].args, []string{"GODEBUG=netpollshortread=1"}, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

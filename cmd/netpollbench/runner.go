@@ -70,16 +70,11 @@ func (r *runner) measure(ctx context.Context, s server, cp *cellPlan) (string, e
 		defer g.Close() // after the server stopped (deferred below, so run first)
 		group = g
 	}
-	srv, err := r.start(ctx, pin, r.bins[bin], s.args, s.env, life)
+	srv, err := r.start(ctx, pin, group, r.bins[bin], s.args, s.env, life)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", s.name, err)
 	}
 	defer srv.stop()
-	if group != nil {
-		if err := group.Add(srv.cmd.Process.Pid); err != nil {
-			return "", fmt.Errorf("%s %s: %w", s.name, cp, err)
-		}
-	}
 
 	lg := r.command(ctx, pin, 1, r.bins["loadgen"], append(proto, "-addr", srv.addr,
 		"-conns", strconv.Itoa(cp.conns), "-size", strconv.Itoa(cp.size),
@@ -150,11 +145,16 @@ type started struct {
 }
 
 // start runs the server binary at path with args (and env added to ours)
-// on CPU 0 when pin is set, listening on a free port for at most life,
-// and waits for its announcement. On failure the server is stopped and the
-// error carries the end of its stderr.
-func (r *runner) start(ctx context.Context, pin bool, path string, args, env []string, life time.Duration) (*started, error) {
-	cmd := r.command(ctx, pin, 0, path, append(slices.Clone(args), "-addr", "127.0.0.1:0", "-lifetime", life.String())...)
+// on CPU 0 when pin is set, in group (from its first instruction, so that
+// it starts seeing its quota) unless group is nil, listening on a free
+// port for at most life, and waits for its announcement. On failure the
+// server is stopped and the error carries the end of its stderr.
+func (r *runner) start(ctx context.Context, pin bool, group *cpuquota.Group, path string, args, env []string, life time.Duration) (*started, error) {
+	args = append(slices.Clone(args), "-addr", "127.0.0.1:0", "-lifetime", life.String())
+	if group != nil {
+		path, args = group.Command(path, args...)
+	}
+	cmd := r.command(ctx, pin, 0, path, args...)
 	if len(env) > 0 {
 		cmd.Env = append(os.Environ(), env...)
 	}

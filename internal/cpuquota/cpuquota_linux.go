@@ -106,6 +106,16 @@ func (g *Group) Add(pid int) error {
 	return write(filepath.Join(g.dir, "cgroup.procs"), strconv.Itoa(pid))
 }
 
+// Command returns the command line (name, args) that runs name with args
+// as a member of the group from its first instruction, so that the program
+// sees its quota when it starts (the Go runtime reads the CPU limit for
+// GOMAXPROCS then): /bin/sh writes its own pid into cgroup.procs and execs
+// name, keeping the pid. Arguments appended to args reach name.
+func (g *Group) Command(name string, args ...string) (string, []string) {
+	script := `echo $$ > "$0" && exec "$@"`
+	return "/bin/sh", append([]string{"-c", script, filepath.Join(g.dir, "cgroup.procs"), name}, args...)
+}
+
 // Stat reads the group's throttling counters.
 func (g *Group) Stat() (Stat, error) {
 	g.mu.Lock()

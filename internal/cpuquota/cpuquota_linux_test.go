@@ -151,3 +151,22 @@ func TestSub(t *testing.T) {
 		t.Errorf("s.Sub(s) = %+v, want zero", got)
 	}
 }
+
+// TestCommand: a program started through Command is in the group from its
+// first instruction (it reads its own cgroup), keeps the pid the shell
+// had, and gets the arguments appended after Command's.
+func TestCommand(t *testing.T) {
+	g := newGroup(t, 0.5)
+	name, args := g.Command("/bin/sh", "-c", `cat /proc/self/cgroup; echo "pid $$ arg $0"`)
+	cmd := exec.Command(name, append(args, "appended")...)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("%s %q: %v", name, args, err)
+	}
+	if !strings.Contains(string(out), "/"+filepath.Base(g.dir)+"\n") {
+		t.Errorf("the program's cgroups do not name %s:\n%s", g.dir, out)
+	}
+	if want := "pid " + strconv.Itoa(cmd.Process.Pid) + " arg appended\n"; !strings.HasSuffix(string(out), want) {
+		t.Errorf("output ends %q, want %q (the started pid, the appended argument)", out, want)
+	}
+}
