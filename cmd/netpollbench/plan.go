@@ -20,7 +20,7 @@ type cellPlan struct {
 	cell
 	srvs             []server
 	rounds           int
-	warm             bool // a discarded warm-up round before the first
+	warm             bool // its configurations may be warmed up in the discarded round 0
 	warmup, duration time.Duration
 	file             string // the benchmark lines' file in the output directory
 }
@@ -138,9 +138,11 @@ func keep(ss []server, f func(server) bool) []server {
 	return slices.DeleteFunc(slices.Clone(ss), func(s server) bool { return !f(s) })
 }
 
-// jobs lists round's measurements (round 0 is the warm-up round of the
-// cells that have one): the cells in a random order, and within each
-// cell its configurations in a random order, both drawn from shuffle. A
+// jobs lists round's measurements: the cells in a random order, and
+// within each cell its configurations in a random order, both drawn from
+// shuffle. Round 0 is the warm-up round, set aside: each configuration
+// once, in one of its cells (the first measurements of a run are slower:
+// caches, CPU frequency, the host). A
 // cell's measurements stay together, a few seconds apart, because the
 // host's speed drifts within a round too (per-round ratios of two
 // identical servers spanned 0.62 to 1.32 with a cell's measurements spread
@@ -154,10 +156,17 @@ func (p *plan) jobs(round int, shuffle func(n int, swap func(i, j int))) []job {
 			cells = append(cells, cp)
 		}
 	}
+	warmed := map[string]bool{}
 	shuffle(len(cells), func(i, j int) { cells[i], cells[j] = cells[j], cells[i] })
 	var js []job
 	for _, cp := range cells {
 		srvs := slices.Clone(cp.srvs)
+		if round == 0 {
+			srvs = keep(srvs, func(s server) bool { return !warmed[s.name] })
+			for _, s := range srvs {
+				warmed[s.name] = true
+			}
+		}
 		shuffle(len(srvs), func(i, j int) { srvs[i], srvs[j] = srvs[j], srvs[i] })
 		for _, s := range srvs {
 			js = append(js, job{round: round, s: s, c: cp})
