@@ -45,6 +45,7 @@ func summaryBlocks(t *table, vs []cellVerdict) []block {
 func verdictBlock(t *table, vs []cellVerdict) block {
 	b := block{id: "verdict", title: fmt.Sprintf("Verdict: netpoll's default (%s) against package net and the best peer", defaultCfg),
 		head: []string{"cell", "measure", "default", "vs net", "vs best peer"}, left: 2, indent: "  "}
+	count := map[string][]string{} // word against net -> cells
 	for _, v := range vs {
 		def, net := v.row(defaultCfg), v.row("net")
 		if net != nil && net.missing {
@@ -63,6 +64,20 @@ func verdictBlock(t *table, vs []cellVerdict) block {
 			vsNet = compact(def.vsNet, m)
 		}
 		b.rows = append(b.rows, []string{v.cp.short(), m.name, fmtUnit(m.unit, def.med[m.unit]), vsNet, peer})
+		if net != nil && def.vsNet != nil {
+			w := def.vsNet.verdict(m.higherBetter)
+			count[w] = append(count[w], v.cp.short())
+		}
+	}
+	// The one line: where the default wins, is level, loses against net.
+	var parts []string
+	for _, w := range []string{verdictWins, verdictLevel, verdictLoses, verdictUnresolved} {
+		if cs := count[w]; len(cs) > 0 {
+			parts = append(parts, fmt.Sprintf("%s in %d (%s)", w, len(cs), strings.Join(cs, "; ")))
+		}
+	}
+	if len(parts) > 0 {
+		b.notes = append(b.notes, "Against package net, the default "+strings.Join(parts, ", ")+".")
 	}
 	if iv := judgeIdle(t.idle); iv != nil {
 		peer := "no peer"
@@ -102,7 +117,7 @@ func detailBlock(id string, v cellVerdict) block {
 	}
 	cols := []col{{"req/s", "req/s"}, {"p50", "p50-ns"}, {"CPU/req", "server-cpu-ns/op"}, {"sys/req", "syscalls/op"}, {"load", "client-cpu-util"}}
 	if cp.quota > 0 {
-		cols = []col{{"req/s", "req/s"}, {"p50", "p50-ns"}, {"p99.9", "p99.9-ns"}, {"p99.99", "p99.99-ns"}, {"max", "max-ns"}, {"throttled", "throttled-ns"}, {"periods", "throttled-periods"}}
+		cols = []col{{"req/s", "req/s"}, {"p50", "p50-ns"}, {"p99.9", "p99.9-ns"}, {"p99.99", "p99.99-ns"}, {"max", "max-ns"}, {"throttled", "throttled-ns"}, {"periods", "periods"}}
 	}
 	b.head = []string{"config", "n"}
 	for _, c := range cols {
@@ -117,6 +132,10 @@ func detailBlock(id string, v cellVerdict) block {
 			continue
 		}
 		for _, c := range cols {
+			if c.unit == "periods" { // throttled of all, in the measured window
+				line = append(line, fmtUnit("throttled-periods", r.med["throttled-periods"])+"/"+fmtUnit("quota-periods", r.med["quota-periods"]))
+				continue
+			}
 			line = append(line, fmtUnit(c.unit, r.med[c.unit]))
 		}
 		p := "—"
@@ -131,7 +150,11 @@ func detailBlock(id string, v cellVerdict) block {
 			b.foot = append(b.foot, fmt.Sprintf("Best peer on %s: %s; the default against it: %s.", m.name, v.peer, compact(def.vsPeer, m)))
 		}
 	}
-	b.foot = append(b.foot, "load: the load generator's CPU (1 CPU = 100%). vs net: paired, as in the verdict. "+
+	legend := "load: the load generator's CPU (1 CPU = 100%). "
+	if cp.quota > 0 {
+		legend = "throttled: time the kernel throttled the server's group; periods: throttled periods of all (100 ms each) in the measured window. "
+	}
+	b.foot = append(b.foot, legend+"vs net: paired, as in the verdict. "+
 		"U p: Mann-Whitney U on the unpaired rounds, as benchstat tests them, for reference; the verdict uses the paired interval.")
 	return b
 }

@@ -56,7 +56,7 @@ func syntheticTable(t *testing.T) *table {
 		}
 		for cfg, tail := range map[string]float64{"net": 1, "auto": 1.5, "et": 1.1} {
 			add(quota.cell, cfg, round, map[string]float64{"ns/op": 70e3, "p99.9-ns": 1e6 * tail / drift * noise(),
-				"max-ns": 30e6 * tail, "throttled-ns": 3e8 * tail, "throttled-periods": 10, "client-cpu-ns/op": 20e3})
+				"max-ns": 30e6 * tail, "throttled-ns": 3e8 * tail * noise(), "throttled-periods": 10, "quota-periods": 30, "client-cpu-ns/op": 20e3})
 		}
 	}
 	tb.idle = []idleRow{{cfg: "net", conns: 10000, perConn: 7.7 * 1024}, {cfg: "auto", conns: 10000, perConn: 7.9 * 1024},
@@ -84,8 +84,8 @@ func TestVerdict(t *testing.T) {
 			t.Errorf("%s %s on %s: %s (%s), want %s", v.cp.short(), cfg, v.measure.name, got, compact(c, v.measure), want)
 		}
 	}
-	if one.measure != byThroughput || fifty.measure != byCPU || quota.measure != byTail {
-		t.Errorf("measures %s, %s, %s; want req/s (server-bound), CPU/req (client at 97%%), p99.9 (quota)", one.measure.name, fifty.measure.name, quota.measure.name)
+	if one.measure != byThroughput || fifty.measure != byCPU || quota.measure != byThrottling {
+		t.Errorf("measures %s, %s, %s; want req/s (server-bound), CPU/req (client at 97%%), throttled (quota)", one.measure.name, fifty.measure.name, quota.measure.name)
 	}
 	if one.peer != "gnet" {
 		t.Errorf("best peer at 1 conn: %q, want gnet (c failed every round)", one.peer)
@@ -116,9 +116,11 @@ func TestVerdict(t *testing.T) {
 	for _, want := range []string{
 		`(?m)^  echo, 1 conn +req/s +\d+ +1\.\d\dx \[[\d.]+,[\d.]+\] wins +gnet 1\.\d\dx \[[\d.]+,[\d.]+\] wins$`,
 		`(?m)^  echo, 50 conns +CPU/req +[\d.]+µs +0\.8\dx \[[\d.]+,[\d.]+\] wins`,
-		`(?m)^  echo, 1 conn, quota 0\.5 +p99\.9 .* loses +no peer$`,
+		`(?m)^  echo, 1 conn, quota 0\.5 +throttled +45\dms +1\.5\dx .* loses +no peer$`,
+		`(?m)^  auto +6 +14286 .* 45\dms +10/30 +1\.5\dx \[[\d.]+,[\d.]+\] loses`,
 		`(?m)^  idle, 10000 conns +KiB/conn +7\.90 +1\.03x \(1 sample\) level +gnet 15\.80x \(1 sample\) loses$`,
 		`(?m)^  herd .* not judged`,
+		`Against package net, the default wins in 2 \(echo, 1 conn; echo, 50 conns\), loses in 1 \(echo, 1 conn, quota 0\.5\)\.`,
 		`(?m)^  c +0 +missing$`,
 	} {
 		if !regexp.MustCompile(want).MatchString(text) {

@@ -20,7 +20,7 @@ type measure struct {
 var (
 	byThroughput = measure{"req/s", "req/s", true}
 	byCPU        = measure{"server-cpu-ns/op", "CPU/req", false}
-	byTail       = measure{"p99.9-ns", "p99.9", false}
+	byThrottling = measure{"throttled-ns", "throttled", false}
 	byMemory     = measure{"rss-bytes/conn", "KiB/conn", false}
 )
 
@@ -97,7 +97,8 @@ func judgeCell(t *table, cp *cellPlan, ncpu int) cellVerdict {
 	v.clientUtil = med(clients)
 	switch {
 	case cp.quota > 0:
-		v.measure, v.why = byTail, "under a quota the tail decides: throttling stalls every request waiting in its window"
+		v.measure, v.why = byThrottling, "under a quota the time the kernel throttled the server decides: "+
+			"every request waiting in a throttled window stalls for the rest of the period (the tail: p99.9, p99.99, max)"
 	case cp.rate > 0:
 		v.measure, v.why = byCPU, "an open loop's throughput is the offered rate: CPU per request decides, p50 beside it"
 	case cp.unpinned && med(totals) >= clientBound*float64(ncpu):
