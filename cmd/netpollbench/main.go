@@ -418,8 +418,8 @@ func writeHeader(w io.Writer, cal calibration) {
 	cal.writeConfig(w, "calib-")
 }
 
-// summary is the progress line's digest of a benchmark line.
-func summary(line string) string {
+// progress is the progress line's digest of a benchmark line.
+func progress(line string) string {
 	m := metrics(line)
 	s := fmt.Sprintf("%8.0f req/s  p50 %6.1fµs  p99 %7.1fµs", 1e9/m["ns/op"], m["p50-ns"]/1e3, m["p99-ns"]/1e3)
 	if v, ok := m["server-cpu-ns/op"]; ok {
@@ -439,11 +439,12 @@ func hasTaskset() bool {
 	return err == nil
 }
 
+// pinNote says where the run places servers and load generators.
 func pinNote(pin bool) string {
 	if pin {
-		return "server pinned to CPU 0 (taskset -c 0, GOMAXPROCS=1), load generator to CPU 1"
+		return "pinned cells: server on CPU 0 (taskset -c 0, GOMAXPROCS=1), load generator on CPU 1; unpinned cells: both free"
 	}
-	return "not pinned (no taskset or fewer than 2 CPUs, or -pin off)"
+	return "every cell unpinned (no taskset or fewer than 2 CPUs, or -pin off)"
 }
 
 func perfNote(perf bool) string {

@@ -260,7 +260,7 @@ func (r *runner) runPlan(ctx context.Context, p *plan, t *table) error {
 			if round > 0 {
 				t.results = append(t.results, newResult(line, round))
 			}
-			fmt.Fprintf(r.stderr, "[%d/%d %s] %-8s %-11s %-28s %s\n", done, total, time.Since(start).Round(time.Second), what, j.s.name, j.c, summary(line))
+			fmt.Fprintf(r.stderr, "[%d/%d %s] %-8s %-11s %-28s %s\n", done, total, time.Since(start).Round(time.Second), what, j.s.name, j.c, progress(line))
 		}
 	}
 	for name, f := range files {

@@ -107,19 +107,14 @@ func judgeCell(t *table, cp *cellPlan, ncpu int) cellVerdict {
 	case !cp.unpinned && v.clientUtil >= clientBound:
 		v.measure = byCPU
 		v.why = fmt.Sprintf("the load generator is saturated (%.0f%% of its CPU): req/s measures it, not the server", 100*v.clientUtil)
+	case cp.unpinned:
+		v.measure = byThroughput
+		v.why = fmt.Sprintf("the machine is not saturated (server and load generator use %.0f%% of its %d CPUs)", 100*med(totals)/float64(ncpu), ncpu)
+	case math.IsNaN(v.clientUtil):
+		v.measure, v.why = byThroughput, "the load generator's CPU was not measured, so req/s (it may measure the client)"
 	default:
 		v.measure = byThroughput
-		v.why = "the server is the bottleneck"
-		if !math.IsNaN(v.clientUtil) {
-			share := v.clientUtil
-			if cp.unpinned {
-				share = med(totals) / float64(ncpu)
-			}
-			v.why += fmt.Sprintf(" (load generator %.0f%% of its CPU)", 100*v.clientUtil)
-			if cp.unpinned {
-				v.why = fmt.Sprintf("the machine is not saturated (server and load generator use %.0f%% of its %d CPUs)", 100*share, ncpu)
-			}
-		}
+		v.why = fmt.Sprintf("the server is the bottleneck (load generator %.0f%% of its CPU)", 100*v.clientUtil)
 	}
 	switch {
 	case cp.quota > 0:
