@@ -148,10 +148,10 @@ func (c cell) title() string {
 	if c.http() {
 		t = "net/http plaintext, keep-alive, " + conns
 	}
-	switch {
-	case c.unpinned:
+	if c.unpinned {
 		t += ", unpinned"
-	case c.quota > 0:
+	}
+	if c.quota > 0 {
 		t += fmt.Sprintf(", quota %s CPU", strconv.FormatFloat(c.quota, 'f', -1, 64))
 	}
 	if c.rate > 0 {
@@ -192,10 +192,10 @@ func (c cell) short() string {
 	if c.http() {
 		s = "http" + strings.TrimPrefix(s, "echo")
 	}
-	switch {
-	case c.unpinned:
+	if c.unpinned {
 		s += ", unpinned"
-	case c.quota > 0:
+	}
+	if c.quota > 0 {
 		s += ", quota " + strconv.FormatFloat(c.quota, 'f', -1, 64)
 	}
 	if c.rate > 0 {

@@ -633,3 +633,33 @@ func TestCompare(t *testing.T) {
 		t.Errorf("compare.txt does not compare old and new side by side:\n%s", cmp)
 	}
 }
+
+// TestPlanPinOff: a run that cannot pin (-pin off, one CPU, no taskset)
+// measures every cell unpinned, once: no cell twice, the quota cell and
+// the sweep unpinned too, and their labels say so.
+func TestPlanPinOff(t *testing.T) {
+	o, err := parseFlags([]string{"-runtime", "off", "-pin", "off"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvs, err := pickServers(o.configs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := makePlan(o, srvs, nil, nil)
+	seen := map[string]bool{}
+	for _, cp := range p.cells {
+		if !cp.unpinned || !strings.Contains(cp.String(), "pin=off") {
+			t.Errorf("cell %s (%s) is not unpinned", cp.short(), cp)
+		}
+		if seen[cp.String()] {
+			t.Errorf("cell %s twice", cp)
+		}
+		seen[cp.String()] = true
+	}
+	for _, want := range []string{"conns=1/size=64/pin=off", "conns=1/size=64/pin=off/quota=0.5", "conns=1/size=64/pin=off/rate=2000", "proto=http/conns=50/pin=off"} {
+		if !seen[want] {
+			t.Errorf("no cell %s among %v", want, seen)
+		}
+	}
+}

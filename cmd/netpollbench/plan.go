@@ -74,20 +74,21 @@ func makePlan(o *options, srvs []server, skipped []string, quotaErr error) *plan
 	} else if o.unpinned {
 		placements = append(placements, true)
 	}
-	for _, unpinned := range placements {
+	for i, unpinned := range placements {
+		// The default run keeps the runtime's rows and net/http to the
+		// first placement; -full measures them in both.
+		extra := i > 0 && !o.full
 		for _, c := range o.shapes {
 			c.unpinned = unpinned
 			ss := srvs
-			if unpinned && o.pinned && !o.full {
-				// The default run keeps the runtime's rows to the pinned cells.
+			if extra {
 				ss = keep(srvs, func(s server) bool { return !strings.HasPrefix(s.name, "rt-") })
 			}
 			closed(c, ss)
 		}
 		for _, n := range o.httpConns {
-			c := cell{proto: "http", conns: n, unpinned: unpinned}
-			if !unpinned || o.full {
-				closed(c, httpSrvs)
+			if !extra {
+				closed(cell{proto: "http", conns: n, unpinned: unpinned}, httpSrvs)
 			}
 		}
 	}
@@ -98,7 +99,7 @@ func makePlan(o *options, srvs []server, skipped []string, quotaErr error) *plan
 		case quotaErr != nil:
 			p.notes = append(p.notes, fmt.Sprintf("Quota cell skipped: %v", quotaErr))
 		default:
-			p.cells = append(p.cells, &cellPlan{cell: cell{conns: 1, size: 64, quota: o.quota}, srvs: qs,
+			p.cells = append(p.cells, &cellPlan{cell: cell{conns: 1, size: 64, quota: o.quota, unpinned: !o.pinned}, srvs: qs,
 				rounds: o.quotaRounds, warmup: o.quotaWarmup, duration: o.quotaDuration, file: quotaFile})
 		}
 	}
