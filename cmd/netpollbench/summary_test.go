@@ -149,3 +149,11 @@ func TestWithSyscalls(t *testing.T) {
 		t.Error("no requests: want errNoSyscalls")
 	}
 }
+
+// word is the verdict of a comparison on m, or why there is none.
+func word(c *comparison, m measure) string {
+	if c == nil {
+		return "—"
+	}
+	return c.verdict(m.higherBetter)
+}

@@ -138,14 +138,6 @@ func sweepLine(line string, closed bool) string {
 	return line
 }
 
-func (sw *sweep) rateList() string {
-	var l []string
-	for _, r := range sw.rates {
-		l = append(l, rateLabel(r))
-	}
-	return strings.Join(l, ",")
-}
-
 // reportSweep appends the closed loop's lines (the plan's closed cell of
 // the sweep's shape, from t) to sweep.txt in dir, writes the sweep's
 // benchstat tables (rows rate, columns configuration), prints their file

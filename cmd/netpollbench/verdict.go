@@ -181,14 +181,6 @@ func present(vs []float64) []float64 {
 	return slices.DeleteFunc(slices.Clone(vs), func(v float64) bool { return !(v >= 0) || math.IsNaN(v) })
 }
 
-// word is the verdict of a comparison on m, or why there is none.
-func word(c *comparison, m measure) string {
-	if c == nil {
-		return "—"
-	}
-	return c.verdict(m.higherBetter)
-}
-
 // idleVerdict is the idle experiment's row of the verdict: the default's
 // KiB per connection against net's and the best peer's, one sample each
 // (no interval: the word is from the ratio alone, level within
