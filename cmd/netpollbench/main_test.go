@@ -318,15 +318,7 @@ func TestHTTPDefaultFollowsConfigs(t *testing.T) {
 // a round is random (seeded), not net first, with a cell's measurements
 // together.
 func TestDefaults(t *testing.T) {
-	o, err := parseFlags([]string{"-runtime", "off", "-pin", "on"}, &bytes.Buffer{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvs, err := pickServers(o.configs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := makePlan(o, srvs, nil, nil)
+	p, srvs := testPlan(t, "-runtime", "off", "-pin", "on")
 	if len(p.idle) == 0 || p.sweep == nil || !p.herd {
 		t.Errorf("default run lacks a part: idle %d, sweep %v, herd %v", len(p.idle), p.sweep, p.herd)
 	}
@@ -638,15 +630,7 @@ func TestCompare(t *testing.T) {
 // measures every cell unpinned, once: no cell twice, the quota cell and
 // the sweep unpinned too, and their labels say so.
 func TestPlanPinOff(t *testing.T) {
-	o, err := parseFlags([]string{"-runtime", "off", "-pin", "off"}, &bytes.Buffer{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srvs, err := pickServers(o.configs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := makePlan(o, srvs, nil, nil)
+	p, _ := testPlan(t, "-runtime", "off", "-pin", "off")
 	seen := map[string]bool{}
 	for _, cp := range p.cells {
 		if !cp.unpinned || !strings.Contains(cp.String(), "pin=off") {
@@ -662,4 +646,19 @@ func TestPlanPinOff(t *testing.T) {
 			t.Errorf("no cell %s among %v", want, seen)
 		}
 	}
+}
+
+// testPlan is the plan netpollbench makes of args, with cgroups available,
+// and its servers.
+func testPlan(t *testing.T, args ...string) (*plan, []server) {
+	t.Helper()
+	o, err := parseFlags(args, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvs, err := pickServers(o.configs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return makePlan(o, srvs, nil, nil), srvs
 }
