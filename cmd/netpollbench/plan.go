@@ -143,13 +143,11 @@ func keep(ss []server, f func(server) bool) []server {
 // within each cell its configurations in a random order, both drawn from
 // shuffle. Round 0 is the warm-up round, set aside: each configuration
 // once, in one of its cells (the first measurements of a run are slower:
-// caches, CPU frequency, the host). A
-// cell's measurements stay together, a few seconds apart, because the
-// host's speed drifts within a round too (per-round ratios of two
-// identical servers spanned 0.62 to 1.32 with a cell's measurements spread
-// over a 35 s round), and the paired ratio cancels only the drift its two
-// measurements share; the random order keeps any configuration from
-// always running first or after the same neighbour.
+// caches, CPU frequency, the host). A cell's measurements stay together,
+// a few seconds apart: the host's speed moves within a round too, and the
+// paired ratio cancels only the drift its two measurements share. The
+// random order keeps any configuration from always running first or after
+// the same neighbour.
 func (p *plan) jobs(round int, shuffle func(n int, swap func(i, j int))) []job {
 	var cells []*cellPlan
 	for _, cp := range p.cells {
