@@ -442,7 +442,7 @@ func hasTaskset() bool {
 // pinNote says where the run places servers and load generators.
 func pinNote(pin bool) string {
 	if pin {
-		return "pinned cells: server on CPU 0 (taskset -c 0, GOMAXPROCS=1), load generator on CPU 1; unpinned cells: both free"
+		return "pinned cells: server on CPU 0 (GOMAXPROCS=1), load generator on CPU 1 (taskset); unpinned: both free"
 	}
 	return "every cell unpinned (no taskset or fewer than 2 CPUs, or -pin off)"
 }

@@ -122,6 +122,9 @@ func report(ctx context.Context, root string, o *options, t *table, stdout io.Wr
 func writeSummary(t *table, blocks []block, notes []string) string {
 	var b strings.Builder
 	for _, l := range machineLines(t) {
+		if len([]rune(l)) > summaryWidth {
+			l = wrapText(l, summaryWidth, "  ")
+		}
 		b.WriteString(l + "\n")
 	}
 	for _, w := range t.warnings {
