@@ -150,10 +150,18 @@ func (c comparison) verdict(higherIsBetter bool) string {
 }
 
 // interval formats the point estimate and the paired interval of the
-// ratio, as "1.05x [1.02, 1.08]", or "n/a" with fewer than 2 rounds.
+// ratio, as "1.05x [1.02,1.08]", or "n/a" with fewer than 2 rounds.
 func (c comparison) interval() string {
 	if c.n < 2 || math.IsNaN(c.lo) {
 		return "n/a"
 	}
-	return fmt.Sprintf("%.2fx [%.2f, %.2f]", c.geo, c.lo, c.hi)
+	return fmt.Sprintf("%.2fx [%s,%s]", c.geo, bound(c.lo), bound(c.hi))
+}
+
+// bound is an interval's bound: two decimals, three digits past 10.
+func bound(v float64) string {
+	if v >= 10 {
+		return fmt.Sprintf("%.3g", v)
+	}
+	return fmt.Sprintf("%.2f", v)
 }

@@ -80,16 +80,16 @@ func TestPairedVerdict(t *testing.T) {
 		want           string
 		interval       string
 	}{
-		{"higher/wins", comparison{n: 6, geo: 1.06, lo: 1.02, hi: 1.10}, true, verdictWins, "1.06x [1.02, 1.10]"},
-		{"higher/loses", comparison{n: 6, geo: 0.94, lo: 0.90, hi: 0.98}, true, verdictLoses, "0.94x [0.90, 0.98]"},
-		{"lower/wins", comparison{n: 6, geo: 0.94, lo: 0.90, hi: 0.98}, false, verdictWins, "0.94x [0.90, 0.98]"},
-		{"lower/loses", comparison{n: 6, geo: 1.06, lo: 1.02, hi: 1.10}, false, verdictLoses, "1.06x [1.02, 1.10]"},
-		{"higher/level-excluding-1", comparison{n: 6, geo: 1.02, lo: 1.01, hi: 1.04}, true, verdictLevel, "1.02x [1.01, 1.04]"},
-		{"lower/level-excluding-1", comparison{n: 6, geo: 0.97, lo: 0.96, hi: 0.99}, false, verdictLevel, "0.97x [0.96, 0.99]"},
-		{"higher/level-straddling-1", comparison{n: 6, geo: 1, lo: 0.97, hi: 1.03}, true, verdictLevel, "1.00x [0.97, 1.03]"},
-		{"higher/level-band-edges", comparison{n: 6, geo: 1, lo: levelLo, hi: levelHi}, true, verdictLevel, "1.00x [0.95, 1.05]"},
-		{"higher/unresolved", comparison{n: 6, geo: 1, lo: 0.93, hi: 1.08}, true, verdictUnresolved, "1.00x [0.93, 1.08]"},
-		{"lower/unresolved", comparison{n: 6, geo: 1, lo: 0.93, hi: 1.08}, false, verdictUnresolved, "1.00x [0.93, 1.08]"},
+		{"higher/wins", comparison{n: 6, geo: 1.06, lo: 1.02, hi: 1.10}, true, verdictWins, "1.06x [1.02,1.10]"},
+		{"higher/loses", comparison{n: 6, geo: 0.94, lo: 0.90, hi: 0.98}, true, verdictLoses, "0.94x [0.90,0.98]"},
+		{"lower/wins", comparison{n: 6, geo: 0.94, lo: 0.90, hi: 0.98}, false, verdictWins, "0.94x [0.90,0.98]"},
+		{"lower/loses", comparison{n: 6, geo: 1.06, lo: 1.02, hi: 1.10}, false, verdictLoses, "1.06x [1.02,1.10]"},
+		{"higher/level-excluding-1", comparison{n: 6, geo: 1.02, lo: 1.01, hi: 1.04}, true, verdictLevel, "1.02x [1.01,1.04]"},
+		{"lower/level-excluding-1", comparison{n: 6, geo: 0.97, lo: 0.96, hi: 0.99}, false, verdictLevel, "0.97x [0.96,0.99]"},
+		{"higher/level-straddling-1", comparison{n: 6, geo: 1, lo: 0.97, hi: 1.03}, true, verdictLevel, "1.00x [0.97,1.03]"},
+		{"higher/level-band-edges", comparison{n: 6, geo: 1, lo: levelLo, hi: levelHi}, true, verdictLevel, "1.00x [0.95,1.05]"},
+		{"higher/unresolved", comparison{n: 6, geo: 1, lo: 0.93, hi: 1.08}, true, verdictUnresolved, "1.00x [0.93,1.08]"},
+		{"lower/unresolved", comparison{n: 6, geo: 1, lo: 0.93, hi: 1.08}, false, verdictUnresolved, "1.00x [0.93,1.08]"},
 		{"higher/n=1", comparison{n: 1, geo: 1.5, lo: nan, hi: nan}, true, verdictUnresolved, "n/a"},
 		{"lower/n=0", comparison{lo: nan, hi: nan}, false, verdictUnresolved, "n/a"},
 	}

@@ -174,15 +174,7 @@ func compact(c *comparison, m measure) string {
 	if c.n < 2 {
 		return fmt.Sprintf("n=%d: unresolved", c.n)
 	}
-	return fmt.Sprintf("%.2fx [%s,%s] %s", c.geo, bound(c.lo), bound(c.hi), c.verdict(m.higherBetter))
-}
-
-// bound is an interval's bound: two decimals, three digits past 10.
-func bound(v float64) string {
-	if v >= 10 {
-		return fmt.Sprintf("%.3g", v)
-	}
-	return fmt.Sprintf("%.2f", v)
+	return c.interval() + " " + c.verdict(m.higherBetter)
 }
 
 // ratioWord is a comparison as "1.03x level", without its interval.
