@@ -50,7 +50,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 	if c.network == "unix" && d.skip {
 		n, err = c.readUnix(b)
 	} else {
-		n, err = d.io(&d.rd, len(b), func() (int, error) { return unix.Read(d.fd, b) })
+		n, err = d.transfer(&d.rd, len(b), func() (int, error) { return unix.Read(d.fd, b) })
 	}
 	if err != nil {
 		return 0, c.opError("read", syscallErr("read", err))
@@ -71,7 +71,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 func (c *Conn) readUnix(b []byte) (int, error) {
 	d := c.d
 	truncated := false
-	n, err := d.io(&d.rd, len(b), func() (int, error) {
+	n, err := d.transfer(&d.rd, len(b), func() (int, error) {
 		n, flags, err := recvmsg(d.fd, b)
 		truncated = flags&unix.MSG_CTRUNC != 0
 		return n, err
@@ -119,7 +119,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 			// reads or closes. See DESIGN.md, "Short reads".
 			size = 0
 		}
-		n, err := d.io(&d.wr, size, func() (int, error) { return unix.Write(d.fd, chunk) })
+		n, err := d.transfer(&d.wr, size, func() (int, error) { return unix.Write(d.fd, chunk) })
 		if n > 0 {
 			nn += n
 		}
@@ -340,7 +340,7 @@ func (rc rawConn) rawIO(dr *dir, f func(fd uintptr) bool) error {
 	}
 	defer d.end(dr)
 	d.exposeRaw()
-	_, err := d.io(dr, 0, func() (int, error) {
+	_, err := d.transfer(dr, 0, func() (int, error) {
 		if f(uintptr(d.fd)) {
 			return 0, nil
 		}

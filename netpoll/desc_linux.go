@@ -14,8 +14,8 @@ import (
 // spirit of the runtime's pdReady/pdWait. Who moves it:
 //
 //	idle    -> ready   the poller saw an edge (notify)
-//	idle    -> waiting the operation got EAGAIN and parks (wait)
-//	ready   -> idle    the operation consumes the token and retries the syscall (wait)
+//	idle    -> waiting the operation got EAGAIN and parks (awaitReady)
+//	ready   -> idle    the operation consumes the token and retries the syscall (awaitReady)
 //	waiting -> ready   the poller saw an edge, then sends the wake token (notify)
 //	waiting -> idle    Close or a deadline change, then sends the wake token (nudge);
 //	                   or the parked operation itself when its timer fires (no token)
@@ -29,7 +29,7 @@ import (
 // With short-read skipping (desc.skip, Config.ShortRead), a stream Read or
 // Write also moves ready -> idle just before its syscall (consume), and a
 // syscall that moved fewer bytes than asked marks the direction drained:
-// the next operation in it goes to wait before any syscall, so it parks
+// the next operation in it goes to awaitReady before any syscall, so it parks
 // unless an edge came since that consume. It is safe because the kernel
 // queues the data an edge announces before it wakes epoll, so an edge
 // consumed before a syscall announces nothing that syscall did not see,
@@ -63,7 +63,7 @@ type dir struct {
 	parks  atomic.Uint64 // operations that parked
 	eagain atomic.Uint64 // syscalls that returned EAGAIN
 	tokens atomic.Uint64 // ready tokens consumed without parking
-	skips  atomic.Uint64 // operations that went to wait without a syscall after a short one
+	skips  atomic.Uint64 // operations that went to awaitReady without a syscall after a short one
 }
 
 // notify records an edge: from the poller's events, or handed over by a
@@ -253,10 +253,10 @@ func (d *desc) destroy() {
 // which an edge must not be lost.
 var testHookBeforePark func(d *desc, dr *dir)
 
-// wait is called with dr.mu held after a syscall in direction dr returned
+// awaitReady is called with dr.mu held after a syscall in direction dr returned
 // EAGAIN (or an acceptor handed its turn off). It returns nil when the syscall should be retried, or
 // net.ErrClosed or os.ErrDeadlineExceeded.
-func (d *desc) wait(dr *dir) error {
+func (d *desc) awaitReady(dr *dir) error {
 	for {
 		if dr.state.CompareAndSwap(stReady, stIdle) {
 			dr.tokens.Add(1)
@@ -359,7 +359,7 @@ func (d *desc) end(dr *dir) {
 // drained waits before its first syscall. Other operations (connect, raw,
 // accept) pass 0: their op may return EAGAIN without a syscall, which a
 // consumed edge would leave parked for good.
-func (d *desc) io(dr *dir, size int, op func() (int, error)) (int, error) {
+func (d *desc) transfer(dr *dir, size int, op func() (int, error)) (int, error) {
 	stream := size > 0 && d.skip
 	if !stream {
 		// Whatever op does (a splice from this socket, a sendfile into
@@ -371,8 +371,8 @@ func (d *desc) io(dr *dir, size int, op func() (int, error)) (int, error) {
 		dr.drained = false
 		if d.sticky.Load() == 0 {
 			dr.skips.Add(1)
-			if err := d.wait(dr); err != nil {
-				// wait fails (Close, deadline) without consuming an edge:
+			if err := d.awaitReady(dr); err != nil {
+				// awaitReady fails (Close, deadline) without consuming an edge:
 				// one that came stays ready. So the direction is still
 				// known drained: net/http's background read, ended by a
 				// past deadline, must not spend the skip of the next Read.
@@ -398,7 +398,7 @@ func (d *desc) io(dr *dir, size int, op func() (int, error)) (int, error) {
 			if err == unix.EAGAIN {
 				dr.eagain.Add(1)
 			}
-			if err := d.wait(dr); err != nil {
+			if err := d.awaitReady(dr); err != nil {
 				return 0, err
 			}
 		default:

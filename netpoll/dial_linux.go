@@ -86,7 +86,7 @@ func (c *Conn) awaitConnect(ctx context.Context) error {
 		return err
 	}
 	parked := false
-	_, err := d.io(&d.wr, 0, func() (int, error) {
+	_, err := d.transfer(&d.wr, 0, func() (int, error) {
 		if !parked {
 			parked = true
 			return 0, unix.EAGAIN // connect said EINPROGRESS: wait for writable first

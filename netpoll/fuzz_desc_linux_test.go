@@ -15,7 +15,7 @@ import (
 // FuzzDescStateMachine model-checks the per-direction state machine of a
 // descriptor (desc_linux.go). The input is a script of actions, one a byte
 // (see descActions), that a deterministic driver plays against one real
-// desc. An operation goroutine runs desc.begin, desc.io and desc.end as
+// desc. An operation goroutine runs desc.begin, desc.transfer and desc.end as
 // Conn.Read and Conn.Write do, with the syscall replaced by a rendezvous at
 // which the script chooses the outcome (data, EAGAIN or an error), and with
 // the window between the ready-token check and the park (testHookBeforePark)
@@ -94,13 +94,13 @@ type descMachine struct {
 	setDeadline func(*dir, time.Time)
 	close       func(*desc) error
 	stick       func(*desc, uint32)
-	io          func(d *desc, dr *dir, size int, op func() (int, error)) (int, error)
+	transfer    func(d *desc, dr *dir, size int, op func() (int, error)) (int, error)
 	skip        bool // the desc skips after short transfers
 }
 
 var (
-	realMachine       = descMachine{"real", (*dir).notify, (*dir).setDeadline, (*desc).close, (*desc).stick, (*desc).io, true}
-	realMachineNoSkip = descMachine{"real, no skip", (*dir).notify, (*dir).setDeadline, (*desc).close, (*desc).stick, (*desc).io, false}
+	realMachine       = descMachine{"real", (*dir).notify, (*dir).setDeadline, (*desc).close, (*desc).stick, (*desc).transfer, true}
+	realMachineNoSkip = descMachine{"real, no skip", (*dir).notify, (*dir).setDeadline, (*desc).close, (*desc).stick, (*desc).transfer, false}
 )
 
 // modelSize is what the model's operations ask for: 2, so that 1 is short.
@@ -377,7 +377,7 @@ func (md *descModel) start() {
 	go func() {
 		err := d.begin(dr)
 		if err == nil {
-			_, err = md.m.io(d, dr, modelSize, func() (int, error) {
+			_, err = md.m.transfer(d, dr, modelSize, func() (int, error) {
 				md.req <- opAtSyscall
 				switch <-md.resp {
 				case 'd':

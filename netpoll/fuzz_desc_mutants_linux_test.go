@@ -75,16 +75,16 @@ func TestDescModelCatchesBrokenMachines(t *testing.T) {
 		{name: "close does not wake the parked", close: closeWithoutNudge},
 
 		// Short reads.
-		{name: "skips after a short read that stopped with something pending", io: brokenIO(ignoreSticky)},
-		{name: "a sticky bit is cleared when the edge is consumed", io: brokenIO(clearStickyOnConsume)},
-		{name: "the edge is consumed after the read instead of before it", io: brokenIO(consumeAfter)},
-		{name: "a full read leaves the skip armed", io: brokenIO(keepDrained)},
+		{name: "skips after a short read that stopped with something pending", transfer: brokenIO(ignoreSticky)},
+		{name: "a sticky bit is cleared when the edge is consumed", transfer: brokenIO(clearStickyOnConsume)},
+		{name: "the edge is consumed after the read instead of before it", transfer: brokenIO(consumeAfter)},
+		{name: "a full read leaves the skip armed", transfer: brokenIO(keepDrained)},
 		{name: "the poller drops sticky bits", stick: func(*desc, uint32) {}},
 	}
 	for _, m := range broken {
 		m.skip = true
-		if m.io == nil {
-			m.io = realMachine.io
+		if m.transfer == nil {
+			m.transfer = realMachine.transfer
 		}
 		if m.stick == nil {
 			m.stick = realMachine.stick
@@ -146,7 +146,7 @@ const (
 	keepDrained
 )
 
-// brokenIO returns desc.io for stream operations with one bug: the real
+// brokenIO returns desc.transfer for stream operations with one bug: the real
 // one's steps (skip when drained, consume, syscall, mark drained), one of
 // them done wrong.
 func brokenIO(bug ioBug) func(d *desc, dr *dir, size int, op func() (int, error)) (int, error) {
@@ -156,7 +156,7 @@ func brokenIO(bug ioBug) func(d *desc, dr *dir, size int, op func() (int, error)
 				dr.drained = false
 			}
 			if d.sticky.Load() == 0 || bug == ignoreSticky {
-				if err := d.wait(dr); err != nil {
+				if err := d.awaitReady(dr); err != nil {
 					return 0, err
 				}
 			}
@@ -181,7 +181,7 @@ func brokenIO(bug ioBug) func(d *desc, dr *dir, size int, op func() (int, error)
 				}
 				return n, nil
 			case unix.EAGAIN:
-				if err := d.wait(dr); err != nil {
+				if err := d.awaitReady(dr); err != nil {
 					return 0, err
 				}
 			default:

@@ -352,7 +352,7 @@ func (l *Listener) acceptOn(d *desc, p *poller, gate func() bool, timed bool) (*
 	for {
 		var nfd int
 		var rsa unix.Sockaddr
-		_, err := d.io(&d.rd, 0, func() (int, error) {
+		_, err := d.transfer(&d.rd, 0, func() (int, error) {
 			if gate != nil && !gate() {
 				return 0, errHandedOff
 			}

@@ -16,7 +16,7 @@ import (
 // deadlines and Close apply to a parked transfer as to Read and Write.
 // Anything else is copied through user space, as net does.
 //
-// Neither path tracks short transfers (desc.io with size 0): they leave
+// Neither path tracks short transfers (desc.transfer with size 0): they leave
 // the directions they use not drained, so the next Read or Write makes its
 // syscall instead of waiting for an edge the transfer may have consumed.
 
@@ -135,7 +135,7 @@ func (c *Conn) sendfile(f *os.File, remain int64) (written int64, err error, han
 				chunk = int(min(remain-written, maxSendfile))
 			}
 			var n int
-			n, err = d.io(&d.wr, 0, func() (int, error) {
+			n, err = d.transfer(&d.wr, 0, func() (int, error) {
 				calls++
 				return noCount(unix.Sendfile(d.fd, int(src), nil, chunk))
 			})
@@ -228,7 +228,7 @@ func (s side) end() {
 
 func (s side) run(op func(fd int) (int, error)) (int, error) {
 	if s.d != nil {
-		return s.d.io(s.dr, 0, func() (int, error) { return op(s.d.fd) })
+		return s.d.transfer(s.dr, 0, func() (int, error) { return op(s.d.fd) })
 	}
 	var n int
 	var err error

@@ -1,0 +1,182 @@
+package netpoll
+
+import (
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// How a poller registers and arms descriptors in each Mode.
+
+// readInterest is what d's readers wait for. A connection that skips after
+// short reads also asks for EPOLLPRI, in every mode: a read stops short at
+// urgent data's mark with the rest already queued, and only the sticky bit
+// tells (a LevelTriggered poller nested in the runtime's netpoller does not
+// report a level that is still pending again, see TestShortReadPending).
+func readInterest(d *desc) uint32 {
+	switch {
+	case d.kind == kindListener:
+		return unix.EPOLLIN
+	case d.skip:
+		return unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLPRI
+	}
+	return unix.EPOLLIN | unix.EPOLLRDHUP
+}
+
+// registration returns the epoll events d is added with.
+func registration(d *desc) uint32 {
+	in := readInterest(d)
+	switch d.mode {
+	case OneShot:
+		return unix.EPOLLONESHOT // disarmed: each park arms what it waits for
+	case LevelTriggered:
+		return in // EPOLLOUT is armed only while a writer is parked
+	default:
+		ev := in | unix.EPOLLET
+		if d.kind == kindConn {
+			ev |= unix.EPOLLOUT
+		}
+		return ev
+	}
+}
+
+// register adds d to the table and to epoll with extra flags or'ed in
+// (EPOLLEXCLUSIVE for a shared listener).
+func (p *poller) register(d *desc, extra uint32) error {
+	d.p = p
+	d.mode = p.mode
+	if d.shared {
+		d.mode = EdgeTriggered
+	}
+	d.skip = p.shortRead && d.kind == kindConn
+	ev := registration(d)
+	d.armed.Store(ev &^ (unix.EPOLLET | unix.EPOLLONESHOT))
+	// In the table before epoll_ctl, so the first event finds d.
+	return p.table.insert(d, func() error { return p.add(d, ev|extra) })
+}
+
+func (p *poller) add(d *desc, events uint32) error {
+	e := unix.EpollEvent{Events: events, Fd: int32(d.fd), Pad: int32(d.gen)}
+	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, d.fd, &e); err != nil {
+		return os.NewSyscallError("epoll_ctl", err)
+	}
+	p.st.ctlAdd.Add(1)
+	return nil
+}
+
+// requeue deletes and re-adds d's registration, which moves it to the back
+// of the wait queue of d's socket (see Listener.balance). A connection that
+// arrives in between wakes another poller; one already queued is reported
+// again by the re-add, since epoll_ctl checks readiness when it adds.
+func (p *poller) requeue(d *desc, extra uint32) error {
+	return p.readd(d, registration(d)|extra)
+}
+
+// readd replaces d's registration with EPOLL_CTL_DEL and EPOLL_CTL_ADD of
+// events. Unlike a MOD, the ADD checks readiness and, if ready, links the
+// item in the ready list and wakes the instance's waiters.
+func (p *poller) readd(d *desc, events uint32) error {
+	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, d.fd, nil); err != nil {
+		return os.NewSyscallError("epoll_ctl", err)
+	}
+	p.st.ctlDel.Add(1)
+	return p.add(d, events)
+}
+
+// unregister removes d from epoll and the table and retires its counters.
+func (p *poller) unregister(d *desc) {
+	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, d.fd, nil); err == nil {
+		p.st.ctlDel.Add(1)
+	}
+	p.table.clear(d, true)
+}
+
+// modify sets d's epoll interest to events with EPOLL_CTL_MOD. Called with
+// d.armMu held.
+func (p *poller) modify(d *desc, events uint32) error {
+	flags := uint32(0)
+	if d.mode == OneShot {
+		flags = unix.EPOLLONESHOT
+	}
+	e := unix.EpollEvent{Events: events | flags, Fd: int32(d.fd), Pad: int32(d.gen)}
+	d.ctlMod.Add(1)
+	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_MOD, d.fd, &e); err != nil {
+		return os.NewSyscallError("epoll_ctl", err)
+	}
+	d.armed.Store(events)
+	return nil
+}
+
+// interest is what d must be armed for given who is parked: OneShot arms
+// exactly the parked directions, LevelTriggered keeps reading armed and adds
+// EPOLLOUT while a writer is parked.
+func interest(d *desc) uint32 {
+	var ev uint32
+	in := readInterest(d)
+	if d.mode == LevelTriggered || d.rd.state.Load() == stWaiting {
+		ev |= in
+	}
+	if d.wr.state.Load() == stWaiting {
+		ev |= unix.EPOLLOUT
+	}
+	return ev
+}
+
+// armForPark makes sure an event will come for a direction about to park.
+// EdgeTriggered: nothing to do, ever. OneShot: re-arm (one EPOLL_CTL_MOD per
+// park). LevelTriggered: only if the wanted interest is not armed already.
+func (p *poller) armForPark(d *desc, dr *dir) error {
+	if d.mode == EdgeTriggered {
+		return nil
+	}
+	d.armMu.Lock()
+	defer d.armMu.Unlock()
+	want := interest(d)
+	if d.mode == LevelTriggered && d.armed.Load() == want {
+		return nil
+	}
+	if d.mode == LevelTriggered && p.strategy == WaitNested {
+		// DEL and ADD, not MOD. epoll re-links a level-triggered item in
+		// its ready list when it reports it, without a wakeup, and a MOD
+		// of a linked item makes no wakeup either (ep_modify wakes only
+		// when it links). So when readiness came before this re-arm (a
+		// writer's space, a disarmed reader's data) no edge would reach
+		// the runtime's registration of our epoll fd, and the park would
+		// last for good (TestFaultDeadlineStorm/lt and TestShortWrite/lt
+		// hung so under -race). A poller in epoll_wait(-1) scans the ready
+		// list itself and needs no such care.
+		if err := p.readd(d, want); err != nil {
+			return err
+		}
+		d.armed.Store(want)
+		return nil
+	}
+	return p.modify(d, want)
+}
+
+// rearmAfterEvent runs on the poller after an event for d in OneShot or
+// LevelTriggered mode. OneShot: the kernel disarmed the whole fd, so a
+// direction still parked must be armed again. LevelTriggered: drop EPOLLOUT
+// once no writer is parked, or it would fire on every epoll_wait.
+func (p *poller) rearmAfterEvent(d *desc) {
+	if d.mode == OneShot && d.rd.state.Load() != stWaiting && d.wr.state.Load() != stWaiting {
+		return
+	}
+	if d.mode == LevelTriggered && d.armed.Load()&unix.EPOLLOUT == 0 {
+		return
+	}
+	// A reference, so that d's fd is not closed (and its number reused by
+	// a new registration, which the EPOLL_CTL_MOD would overwrite with d's
+	// generation and interest) while we modify it.
+	if d.incref() != nil {
+		return // closing: nothing to arm
+	}
+	defer d.decref()
+	d.armMu.Lock()
+	defer d.armMu.Unlock()
+	want := interest(d)
+	if (d.mode == OneShot && want != 0) || (d.mode == LevelTriggered && want != d.armed.Load()) {
+		// An error means d is being closed concurrently: nothing to arm.
+		_ = p.modify(d, want)
+	}
+}

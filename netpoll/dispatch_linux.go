@@ -1,0 +1,67 @@
+package netpoll
+
+import (
+	"runtime"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// dispatch hands each event to its descriptor's directions.
+func (p *poller) dispatch(evs []unix.EpollEvent) (woke int, stop bool) {
+	for i := range evs {
+		ev := &evs[i]
+		fd := int(ev.Fd)
+		if fd == p.evfd {
+			stop = true
+			continue
+		}
+		d := p.table.get(fd)
+		if d == nil || d.gen != uint32(ev.Pad) {
+			p.st.stale.Add(1)
+			continue
+		}
+		woke += d.event(ev.Events)
+		if d.mode != EdgeTriggered {
+			p.rearmAfterEvent(d)
+		}
+	}
+	return woke, stop
+}
+
+// levelGuard stops a LevelTriggered poller from spinning on readers that do
+// not read: a batch that woke nobody yields the P so they can run, and once
+// such batches have gone on for levelRepeatWindow their read interest is
+// disarmed until they park again (two EPOLL_CTL_MOD calls, counted).
+func (p *poller) levelGuard(evs []unix.EpollEvent, woke int) {
+	if len(evs) == 0 || woke > 0 {
+		p.repeatSince = time.Time{}
+		return
+	}
+	now := time.Now()
+	if p.repeatSince.IsZero() {
+		p.repeatSince = now
+	}
+	if now.Sub(p.repeatSince) < levelRepeatWindow {
+		runtime.Gosched()
+		return
+	}
+	p.repeatSince = time.Time{}
+	for i := range evs {
+		d := p.table.get(int(evs[i].Fd))
+		if d == nil || d.gen != uint32(evs[i].Pad) || d.mode != LevelTriggered || d.rd.state.Load() == stWaiting {
+			continue
+		}
+		if d.incref() != nil {
+			continue // closing; and without a reference its fd may be reused under the MOD
+		}
+		d.armMu.Lock()
+		if a := d.armed.Load(); a&unix.EPOLLIN != 0 && d.rd.state.Load() != stWaiting {
+			if p.modify(d, a&^readInterest(d)) == nil {
+				p.st.levelDisarms.Add(1)
+			}
+		}
+		d.armMu.Unlock()
+		d.decref()
+	}
+}
