@@ -69,8 +69,8 @@ const (
 	WaitDefault Wait = iota
 	// WaitNested parks the poller's epoll fd in the Go runtime's own
 	// netpoller: no OS thread is dedicated to the poller, and the goroutines
-	// it wakes run on the thread that woke it. The default; see poller_linux.go
-	// for the measurements behind that choice.
+	// it wakes run on the thread that woke it. The default; see loop_linux.go
+	// and the recorded runs in testdata/core/ for why.
 	WaitNested
 	// WaitBlock dedicates a locked OS thread that blocks in epoll_wait(-1).
 	WaitBlock
