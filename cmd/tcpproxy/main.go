@@ -77,10 +77,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		defer b.Close()
 		stop := context.AfterFunc(ctx, func() { b.Close() }) // serving stopped
 		defer stop()
+		fwd := b // b stays the conn the AfterFunc closes, from its own goroutine
 		if !f.ZeroCopy {
-			b = servecmd.CopyOnly(b)
+			fwd = servecmd.CopyOnly(b)
 		}
-		forward(c, b)
+		forward(c, fwd)
 	})
 }
 
