@@ -176,9 +176,10 @@ func better(m measure, a, b float64) bool {
 	return a < b
 }
 
-// present returns the values of vs that were measured (positive).
+// present returns the values of vs that were measured: not NaN, not
+// negative (a throttled time of zero is a value).
 func present(vs []float64) []float64 {
-	return slices.DeleteFunc(slices.Clone(vs), func(v float64) bool { return !(v >= 0) || math.IsNaN(v) })
+	return slices.DeleteFunc(slices.Clone(vs), func(v float64) bool { return !(v >= 0) })
 }
 
 // idleVerdict is the idle experiment's row of the verdict: the default's
