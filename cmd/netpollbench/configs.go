@@ -123,17 +123,24 @@ func (c cell) String() string {
 }
 
 // setting is the labels that set the cell apart from the plain pinned
-// closed loop: pin=off, quota=, rate=.
+// closed loop: its placement, then rate= (the label loadgen writes itself).
 func (c cell) setting() string {
+	s := c.placement()
+	if c.rate > 0 {
+		s += "/rate=" + rateLabel(c.rate)
+	}
+	return s
+}
+
+// placement is the labels of where the cell's server runs: pin=off,
+// quota=; the runner passes them to loadgen's -labels.
+func (c cell) placement() string {
 	var s string
 	if c.unpinned {
 		s += "/pin=off"
 	}
 	if c.quota > 0 {
 		s += "/quota=" + strconv.FormatFloat(c.quota, 'f', -1, 64)
-	}
-	if c.rate > 0 {
-		s += "/rate=" + rateLabel(c.rate)
 	}
 	return s
 }

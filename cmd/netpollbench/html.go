@@ -79,7 +79,7 @@ func newHTMLTable(b block) htmlTable {
 		var row []htmlCell
 		for i, c := range r {
 			class := "num"
-			if i < b.left || (i < len(b.head) && strings.HasPrefix(b.head[i], "vs ")) {
+			if b.leftAligned(i) {
 				class = "text"
 			}
 			for _, w := range []string{verdictWins, verdictLoses, verdictLevel, verdictUnresolved} {

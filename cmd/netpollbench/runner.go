@@ -55,7 +55,7 @@ var errNoSyscalls = errors.New("server syscall count missing (perf stat failed o
 func (r *runner) measure(ctx context.Context, s server, cp *cellPlan) (string, error) {
 	life := cp.warmup + cp.duration + 30*time.Second
 	pin := r.pin && !cp.unpinned
-	bin, label := s.bin, s.label+strings.TrimSuffix(cp.cell.setting(), "/rate="+rateLabel(cp.rate)) // loadgen names the rate
+	bin, label := s.bin, s.label+cp.placement()
 	var proto []string
 	if cp.http() {
 		bin, label = httpBin(s), label+"/proto=http"

@@ -29,6 +29,12 @@ type block struct {
 	indent string   // the text rendering's indent of the rows and notes
 }
 
+// leftAligned reports whether column i holds text (the first left
+// columns, and the "vs ..." comparisons) rather than a number.
+func (b block) leftAligned(i int) bool {
+	return i < b.left || (i < len(b.head) && strings.HasPrefix(b.head[i], "vs "))
+}
+
 // summaryBlocks builds the verdict and the detail of every cell.
 func summaryBlocks(t *table, vs []cellVerdict) []block {
 	bs := []block{verdictBlock(t, vs)}
@@ -112,12 +118,22 @@ func detailBlock(id string, v cellVerdict) block {
 	b.notes = []string{place + fmt.Sprintf("; %d rounds of %v after %v.", cp.rounds, cp.duration, cp.warmup),
 		fmt.Sprintf("Measure: %s (%s), because %s.", m.name, direction(m), v.why)}
 	second := v.second
+	// The medians shown, by column.
 	type col struct {
-		name, unit string
+		name   string
+		figure func(cfgRow) string
 	}
-	cols := []col{{"req/s", "req/s"}, {"p50", "p50-ns"}, {"CPU/req", "server-cpu-ns/op"}, {"sys/req", "syscalls/op"}, {"load", "client-cpu-util"}}
+	median := func(name, unit string) col {
+		return col{name, func(r cfgRow) string { return fmtUnit(unit, r.med[unit]) }}
+	}
+	cols := []col{median("req/s", "req/s"), median("p50", "p50-ns"), median("CPU/req", "server-cpu-ns/op"),
+		median("sys/req", "syscalls/op"), median("load", "client-cpu-util")}
 	if cp.quota > 0 {
-		cols = []col{{"req/s", "req/s"}, {"p50", "p50-ns"}, {"p99.9", "p99.9-ns"}, {"p99.99", "p99.99-ns"}, {"max", "max-ns"}, {"throttled", "throttled-ns"}, {"periods", "periods"}}
+		cols = []col{median("req/s", "req/s"), median("p50", "p50-ns"), median("p99.9", "p99.9-ns"), median("p99.99", "p99.99-ns"),
+			median("max", "max-ns"), median("throttled", "throttled-ns"),
+			{"periods", func(r cfgRow) string { // throttled of all, in the measured window
+				return fmtUnit("throttled-periods", r.med["throttled-periods"]) + "/" + fmtUnit("quota-periods", r.med["quota-periods"])
+			}}}
 	}
 	b.head = []string{"config", "n"}
 	for _, c := range cols {
@@ -132,11 +148,7 @@ func detailBlock(id string, v cellVerdict) block {
 			continue
 		}
 		for _, c := range cols {
-			if c.unit == "periods" { // throttled of all, in the measured window
-				line = append(line, fmtUnit("throttled-periods", r.med["throttled-periods"])+"/"+fmtUnit("quota-periods", r.med["quota-periods"]))
-				continue
-			}
-			line = append(line, fmtUnit(c.unit, r.med[c.unit]))
+			line = append(line, c.figure(r))
 		}
 		p := "—"
 		if r.vsNet != nil {
@@ -230,7 +242,7 @@ func writeBlock(w io.Writer, b block) {
 		var cells []string
 		for i, c := range r {
 			pad := strings.Repeat(" ", width[i]-len([]rune(c)))
-			if i < b.left || strings.HasPrefix(b.head[i], "vs ") {
+			if b.leftAligned(i) {
 				cells = append(cells, c+pad)
 			} else {
 				cells = append(cells, pad+c)

@@ -76,7 +76,7 @@ func judgeCell(t *table, cp *cellPlan, ncpu int) cellVerdict {
 	for _, s := range cp.srvs {
 		row := cfgRow{cfg: s.name, med: map[string]float64{}}
 		series[s.name] = map[string][]float64{}
-		for _, u := range append(slices.Clone(medianUnits), byThroughput.unit) {
+		for _, u := range medianUnits {
 			vs := t.byRound(cp.cell, s.name, u, cp.rounds)
 			series[s.name][u] = vs
 			row.med[u] = med(present(vs))
