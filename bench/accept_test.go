@@ -14,20 +14,31 @@ import (
 
 // BenchmarkAcceptStream measures the thundering herd on a listener shared
 // by several pollers: one op is one connection dialed (package net) and
-// accepted through the group. It reports context switches per accept
-// (getrusage, the whole process), epoll_wait calls and wakeups per accept,
-// and the spread of accepts over pollers (min and max/min).
+// accepted through the group. For each Wait × Sharing, with the default
+// spinning (spin=auto) and without (spin=0), it reports per accept the
+// process's context switches and CPU time (getrusage), and the group's
+// counters: epoll_wait calls and those that returned nothing, poller
+// wakeups, parked operations woken, accept4 calls that found nothing
+// (EAGAIN: another acceptor took the connection), and spin polls; and the
+// spread of accepts over pollers (min and max/min). In the nested wait the
+// herd shows in the counters, not in context switches (doc.go, "Pollers
+// and sharing").
 func BenchmarkAcceptStream(b *testing.B) {
-	for _, wait := range []netpoll.Wait{netpoll.WaitBlock, netpoll.WaitNested} {
-		for _, pollers := range []int{2, 8, 32} {
-			for _, sh := range []netpoll.Sharing{netpoll.Single, netpoll.Exclusive, netpoll.WakeAll, netpoll.ReusePort} {
-				if sh == netpoll.Exclusive && wait == netpoll.WaitNested {
-					continue // New refuses it: see netpoll's doc, "Pollers and sharing"
+	for _, spin := range []string{"auto", "0"} {
+		for _, wait := range []netpoll.Wait{netpoll.WaitBlock, netpoll.WaitNested} {
+			for _, pollers := range []int{8, 32} {
+				for _, sh := range []netpoll.Sharing{netpoll.Single, netpoll.Exclusive, netpoll.WakeAll, netpoll.ReusePort} {
+					if sh == netpoll.Exclusive && wait == netpoll.WaitNested {
+						continue // New refuses it: see netpoll's doc, "Pollers and sharing"
+					}
+					cfg, err := netpoll.ParseConfig(fmt.Sprintf("spin=%s,wait=%s,pollers=%d,sharing=%s", spin, wait, pollers, sh))
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.Run(fmt.Sprintf("spin=%s/wait=%s/pollers=%d/sharing=%s", spin, wait, pollers, sh), func(b *testing.B) {
+						acceptStream(b, cfg)
+					})
 				}
-				cfg := netpoll.Config{Pollers: pollers, Sharing: sh, Wait: wait, SpinPolicy: netpoll.SpinFixed}
-				b.Run(fmt.Sprintf("wait=%s/pollers=%d/sharing=%s", wait, pollers, sh), func(b *testing.B) {
-					acceptStream(b, cfg)
-				})
 			}
 		}
 	}
@@ -45,12 +56,19 @@ func acceptStream(b *testing.B, cfg netpoll.Config) {
 	}
 	defer l.Close()
 	s0 := g.Stats()
-	ctxsw, _ := stream(b, l)
+	ctxsw, cpu := stream(b, l)
 	s1 := g.Stats()
 	n := float64(b.N)
+	per := func(after, before uint64) float64 { return float64(after-before) / n }
+	t0, t1 := s0.Total, s1.Total
 	b.ReportMetric(ctxsw/n, "ctxsw/op")
-	b.ReportMetric(float64(s1.Total.EpollWaits-s0.Total.EpollWaits)/n, "epoll_wait/op")
-	b.ReportMetric(float64(s1.Total.Wakeups-s0.Total.Wakeups)/n, "wakeups/op")
+	b.ReportMetric(float64(cpu.Nanoseconds())/n, "cpu-ns/op")
+	b.ReportMetric(per(t1.EpollWaits, t0.EpollWaits), "epoll_wait/op")
+	b.ReportMetric(per(t1.EmptyPolls, t0.EmptyPolls), "empty-polls/op")
+	b.ReportMetric(per(t1.Wakeups, t0.Wakeups), "wakeups/op")
+	b.ReportMetric(per(t1.Woken, t0.Woken), "woken/op")
+	b.ReportMetric(per(t1.AcceptEAGAIN, t0.AcceptEAGAIN), "accept-eagain/op")
+	b.ReportMetric(per(t1.SpinPolls, t0.SpinPolls), "spin-polls/op")
 	var acc []uint64
 	for i := range s1.Pollers {
 		acc = append(acc, s1.Pollers[i].Accepts-s0.Pollers[i].Accepts)

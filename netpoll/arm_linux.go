@@ -60,7 +60,7 @@ func (p *poller) add(d *desc, events uint32) error {
 	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, d.fd, &e); err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
-	p.st.ctlAdd.Add(1)
+	p.st.inc(cCtlAdd)
 	return nil
 }
 
@@ -79,14 +79,14 @@ func (p *poller) readd(d *desc, events uint32) error {
 	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, d.fd, nil); err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
-	p.st.ctlDel.Add(1)
+	p.st.inc(cCtlDel)
 	return p.add(d, events)
 }
 
 // unregister removes d from epoll and the table and retires its counters.
 func (p *poller) unregister(d *desc) {
 	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, d.fd, nil); err == nil {
-		p.st.ctlDel.Add(1)
+		p.st.inc(cCtlDel)
 	}
 	p.table.clear(d, true)
 }

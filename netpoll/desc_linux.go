@@ -445,11 +445,11 @@ func (d *desc) event(e uint32) (woke int) {
 
 func (d *desc) counters() descCounters {
 	return descCounters{
-		readParks:  d.rd.parks.Load(),
-		writeParks: d.wr.parks.Load(),
-		eagain:     d.rd.eagain.Load() + d.wr.eagain.Load(),
-		tokens:     d.rd.tokens.Load() + d.wr.tokens.Load(),
-		skips:      d.rd.skips.Load() + d.wr.skips.Load(),
-		ctlMod:     d.ctlMod.Load(),
+		cReadParks:   d.rd.parks.Load(),
+		cWriteParks:  d.wr.parks.Load(),
+		cEAGAIN:      d.rd.eagain.Load() + d.wr.eagain.Load(),
+		cReadyTokens: d.rd.tokens.Load() + d.wr.tokens.Load(),
+		cShortSkips:  d.rd.skips.Load() + d.wr.skips.Load(),
+		cCtlMod:      d.ctlMod.Load(),
 	}
 }

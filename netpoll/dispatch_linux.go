@@ -18,7 +18,7 @@ func (p *poller) dispatch(evs []unix.EpollEvent) (woke int, stop bool) {
 		}
 		d := p.table.get(fd)
 		if d == nil || d.gen != uint32(ev.Pad) {
-			p.st.stale.Add(1)
+			p.st.inc(cStaleEvents)
 			continue
 		}
 		woke += d.event(ev.Events)
@@ -58,7 +58,7 @@ func (p *poller) levelGuard(evs []unix.EpollEvent, woke int) {
 		d.armMu.Lock()
 		if a := d.armed.Load(); a&unix.EPOLLIN != 0 && d.rd.state.Load() != stWaiting {
 			if p.modify(d, a&^readInterest(d)) == nil {
-				p.st.levelDisarms.Add(1)
+				p.st.inc(cLevelDisarms)
 			}
 		}
 		d.armMu.Unlock()

@@ -132,8 +132,10 @@
 // at every idle moment, the moment a poll after events finds nothing,
 // whether to spin and for how long. It measures two costs on the running
 // machine: C, the process CPU time that one blocked idle period costs (the
-// park, the sleep and the wakeup; timed on one blocked period in 8,
-// Stats.BlockCost), and W, a wakeup round trip through the runtime's
+// park, the sleep and the wakeup; timed on one blocked period in 8, the
+// lower quartile of the samples that can show it: none while another
+// poller spins or finds events, nor from a long period the process spent
+// mostly on CPU; Stats.BlockCost), and W, a wakeup round trip through the runtime's
 // netpoller (measured when the first SpinAuto group starts, and again
 // each second in which there was traffic and no poller held a spinning
 // slot, Stats.WakeCost). Then:
@@ -145,13 +147,21 @@
 //     event, a moving average over its idle periods: a spin that found an
 //     event counts as a hit, one that used up B as a miss, and an idle
 //     period it blocked through as a hit if the next event came within B
-//     (otherwise it tells nothing: the gap it saw holds its own wakeup).
+//     (otherwise it tells nothing: the gap it saw holds its own wakeup),
+//     except after a spin that gave up, until a spin finds an event again:
+//     a spinner can delay the event it waits for when it takes a CPU the
+//     peer needs.
 //   - It spins through every idle period once p reaches 1/2, until p falls
 //     below 3/8. Otherwise it spins only on every 64th idle moment, a probe
 //     that notices when the traffic turns back to back, and not at all
 //     while the typical gap is over twice B.
 //   - At most max(1, GOMAXPROCS-1) pollers spin at once in the process,
 //     and a spinning poller yields its P after every poll.
+//   - A thread poller (WaitBlock, the default with Exclusive sharing) never
+//     spins: on its locked OS thread a yield is a hand-off of the P to
+//     another thread and back, so a spin poll costs the context switches
+//     of the block it would save (8 Exclusive pollers: 20 context switches
+//     per accept spinning, 4 not).
 //
 // The bound: in one idle period a SpinAuto poller spins at most B <= 2C
 // (4W until C is measured) and 1ms, twice the CPU of the block it tries to save,
@@ -159,10 +169,11 @@
 // hindsight (spin-then-block, Karlin et al., SOSP 1991). While its spins
 // mostly fail it spins in at most one idle period in 64. An idle poller stops
 // spinning at most B after its last event and then blocks, using no CPU.
-// C is read from the process CPU clock, so CPU that other goroutines and
-// pollers spend during a timed blocked period counts too: the bound is
-// twice the block's cost when the poller is the process's only busy part,
-// and looser the more else runs beside it.
+// C is read from the process CPU clock, so CPU that other goroutines
+// spend during a timed blocked period counts too (other pollers' work does
+// not: such samples are dropped): the bound is twice the block's cost when
+// the poller is the process's only busy part, and looser the more else
+// runs beside it.
 //
 // Stats count the idle periods it spun through (SpinDecisions), the spins
 // that found an event (SpinFound) or gave up (SpinGaveUp; a spin cut short

@@ -358,17 +358,20 @@ func (l *Listener) acceptOn(d *desc, p *poller, gate func() bool, timed bool) (*
 			}
 			var err error
 			nfd, rsa, err = unix.Accept4(d.fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+			if err == unix.EAGAIN {
+				d.p.st.inc(cAcceptEAGAIN)
+			}
 			return 0, err
 		})
 		switch err {
 		case nil:
-			d.p.st.accepts.Add(1)
+			d.p.st.inc(cAccepts)
 			return l.g.newConn(nfd, l.network, rsa, p)
 		case unix.ECONNABORTED:
 			continue
 		case unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM:
 			backoff = min(max(2*backoff, acceptBackoffMin), acceptBackoffMax)
-			d.p.st.acceptBackoffs.Add(1)
+			d.p.st.inc(cAcceptBackoffs)
 			t := time.NewTimer(backoff)
 			_, err := receive(l, t.C, timed)
 			t.Stop()
@@ -417,7 +420,7 @@ func (l *Listener) accepted(i int) {
 	}
 	defer d.decref()
 	if d.p.requeue(d, unix.EPOLLEXCLUSIVE) == nil {
-		d.p.st.rotations.Add(1)
+		d.p.st.inc(cRotations)
 	}
 }
 
@@ -433,7 +436,7 @@ func (l *Listener) balance(i int) bool {
 		return true
 	}
 	l.ds[least].rd.notify()
-	l.ds[least].p.st.handOffs.Add(1)
+	l.ds[least].p.st.inc(cHandOffs)
 	return false
 }
 

@@ -33,14 +33,14 @@ import (
 // epoll_wait(0) with the P yielded between polls.
 func (p *poller) runBlocking(yield bool) {
 	for {
-		p.st.blockingWaits.Add(1)
+		p.st.inc(cBlockingWaits)
 		n, woke, stop := p.poll(-1)
 		if stop {
 			return
 		}
-		p.st.wakeups.Add(1)
+		p.st.inc(cWakeups)
 		if woke == 0 {
-			p.st.emptyWakeups.Add(1)
+			p.st.inc(cEmptyWakeups)
 		}
 		for {
 			spin := p.chooseSpin(p.freshEvents(n, woke))
@@ -52,7 +52,7 @@ func (p *poller) runBlocking(yield bool) {
 				return
 			}
 			if spin && n > 0 {
-				p.st.spinHits.Add(1)
+				p.st.inc(cSpinHits)
 			}
 		}
 	}
@@ -83,13 +83,13 @@ func (p *poller) runNested(f *os.File) {
 				return true
 			}
 			if spun && n > 0 {
-				p.st.spinHits.Add(1)
+				p.st.inc(cSpinHits)
 			}
 			spun = false
 			if first {
-				p.st.wakeups.Add(1)
+				p.st.inc(cWakeups)
 				if woke == 0 {
-					p.st.emptyWakeups.Add(1)
+					p.st.inc(cEmptyWakeups)
 				}
 				first = false
 			}
@@ -101,7 +101,7 @@ func (p *poller) runNested(f *os.File) {
 				spun = true
 				continue
 			}
-			p.st.blockingWaits.Add(1)
+			p.st.inc(cBlockingWaits)
 			parked = true
 			return false
 		}
@@ -144,7 +144,7 @@ func (p *poller) chooseSpin(n int) bool {
 			return false
 		}
 	}
-	p.st.spinPolls.Add(1)
+	p.st.inc(cSpinPolls)
 	return true
 }
 
@@ -159,7 +159,7 @@ func errString(err error) string {
 // dispatches what it returns: how many events, how many goroutines they
 // woke, and whether the stop eventfd fired.
 func (p *poller) poll(msec int) (n, woke int, stop bool) {
-	p.st.waits.Add(1)
+	p.st.inc(cEpollWaits)
 	n, err := unix.EpollWait(p.epfd, p.events, msec)
 	if err != nil {
 		if err == unix.EINTR {
@@ -167,8 +167,15 @@ func (p *poller) poll(msec int) (n, woke int, stop bool) {
 		}
 		panic("netpoll: epoll_wait on our own epoll fd failed: " + err.Error())
 	}
-	p.st.events.Add(uint64(n))
+	if n == 0 {
+		p.st.inc(cEmptyPolls)
+	} else {
+		p.st.add(cEvents, uint64(n))
+	}
 	woke, stop = p.dispatch(p.events[:n])
+	if woke > 0 {
+		p.st.add(cWoken, uint64(woke))
+	}
 	if p.mode == LevelTriggered {
 		p.levelGuard(p.events[:n], woke)
 	}

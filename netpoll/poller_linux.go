@@ -55,32 +55,20 @@ type poller struct {
 // accepts, by registration and acceptors) and read by Stats. Per-I/O
 // counters live in desc and are folded in when a descriptor closes.
 type pollerCounters struct {
-	waits          atomic.Uint64 // epoll_wait calls
-	blockingWaits  atomic.Uint64 // times the loop blocked (epoll_wait(-1) or a park)
-	wakeups        atomic.Uint64 // blocking waits that returned
-	emptyWakeups   atomic.Uint64 // wakeups whose first poll woke no goroutine
-	spinPolls      atomic.Uint64 // epoll_wait(0) calls made while spinning
-	spinHits       atomic.Uint64 // spin polls that returned events
-	spinDecisions  atomic.Uint64 // SpinAuto: idle periods it chose to spin through
-	spinFound      atomic.Uint64 // SpinAuto: of those, spins that found an event
-	spinGaveUp     atomic.Uint64 // SpinAuto: of those, spins that used up the budget
-	spinNanos      atomic.Uint64 // SpinAuto: time spent in those spins
-	blockCost      atomic.Uint64 // SpinAuto: median process CPU (ns) of a sampled blocked idle period
-	spinBudget     atomic.Uint64 // SpinAuto: the budget (ns) of its latest idle moment
-	events         atomic.Uint64 // events returned
-	stale          atomic.Uint64 // events dropped: fd closed or generation reused
-	ctlAdd         atomic.Uint64
-	ctlDel         atomic.Uint64
-	levelDisarms   atomic.Uint64 // LevelTriggered readers disarmed for not reading
-	accepts        atomic.Uint64 // connections accepted on this poller
-	acceptBackoffs atomic.Uint64 // accept back-offs while out of fds or memory
-	rotations      atomic.Uint64 // Exclusive listener registrations re-queued
-	handOffs       atomic.Uint64 // accept edges handed to this poller's acceptor
-	sendfiles      atomic.Uint64 // sendfile calls (Conn.ReadFrom)
-	sendfileBytes  atomic.Uint64 // bytes they sent
-	splices        atomic.Uint64 // splice calls, into and out of the pipe (ReadFrom, WriteTo)
-	spliceBytes    atomic.Uint64 // bytes spliced out to the destination
+	c          [numCounters - numDescCounters]atomic.Uint64 // the counters from numDescCounters on (stats.go)
+	spinNanos  atomic.Uint64                                // SpinAuto: time spent in spins (PollerStats.SpinTime)
+	blockCost  atomic.Uint64                                // SpinAuto: median process CPU (ns) of a sampled blocked idle period
+	spinBudget atomic.Uint64                                // SpinAuto: the budget (ns) of its latest idle moment
 }
+
+// add adds n to counter c, one of the poller's own.
+func (pc *pollerCounters) add(c counter, n uint64) { pc.c[c-numDescCounters].Add(n) }
+
+// inc adds one to counter c.
+func (pc *pollerCounters) inc(c counter) { pc.c[c-numDescCounters].Add(1) }
+
+// load reads counter c.
+func (pc *pollerCounters) load(c counter) uint64 { return pc.c[c-numDescCounters].Load() }
 
 func newPoller(id int, cfg Config) (_ *poller, err error) {
 	p := &poller{id: id, epfd: -1, evfd: -1, mode: cfg.Mode, strategy: cfg.wait(), spin: cfg.Spin,
@@ -178,32 +166,13 @@ func (p *poller) stop() {
 // stats snapshots the poller: its own counters, its closed descriptors' and
 // its live ones'.
 func (p *poller) stats() PollerStats {
-	s := PollerStats{
-		EpollWaits:     p.st.waits.Load(),
-		BlockingWaits:  p.st.blockingWaits.Load(),
-		Wakeups:        p.st.wakeups.Load(),
-		EmptyWakeups:   p.st.emptyWakeups.Load(),
-		SpinPolls:      p.st.spinPolls.Load(),
-		SpinHits:       p.st.spinHits.Load(),
-		SpinDecisions:  p.st.spinDecisions.Load(),
-		SpinFound:      p.st.spinFound.Load(),
-		SpinGaveUp:     p.st.spinGaveUp.Load(),
-		SpinTime:       time.Duration(p.st.spinNanos.Load()),
-		BlockCost:      time.Duration(p.st.blockCost.Load()),
-		Events:         p.st.events.Load(),
-		StaleEvents:    p.st.stale.Load(),
-		CtlAdd:         p.st.ctlAdd.Load(),
-		CtlDel:         p.st.ctlDel.Load(),
-		LevelDisarms:   p.st.levelDisarms.Load(),
-		Accepts:        p.st.accepts.Load(),
-		AcceptBackoffs: p.st.acceptBackoffs.Load(),
-		Rotations:      p.st.rotations.Load(),
-		HandOffs:       p.st.handOffs.Load(),
-		Sendfiles:      p.st.sendfiles.Load(),
-		SendfileBytes:  p.st.sendfileBytes.Load(),
-		Splices:        p.st.splices.Load(),
-		SpliceBytes:    p.st.spliceBytes.Load(),
+	var s PollerStats
+	f := s.counters()
+	for c := numDescCounters; c < numCounters; c++ {
+		*f[c] = p.st.load(c)
 	}
+	s.SpinTime = time.Duration(p.st.spinNanos.Load())
+	s.BlockCost = time.Duration(p.st.blockCost.Load())
 	c, live := p.table.counters()
 	c.into(&s)
 	s.Descriptors = uint64(live)

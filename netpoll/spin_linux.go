@@ -29,10 +29,14 @@ import (
 //   - C, the CPU a blocked idle period costs the process: one such period
 //     in autoSpinCostEvery starts at an idle moment (after a yield, so the
 //     goroutines just woken have run) and is timed with the process CPU
-//     clock until the poller runs again with events; C is the median of the
-//     last 15. It holds the park, the scheduler's idle path, the sleep and
-//     the wakeup as the process pays them (about 15-25µs on a 2-vCPU EPYC
-//     guest), which is the currency of the CPU the spin burns.
+//     clock until the poller runs again with events; C is the lower
+//     quartile of the last 15 clean samples: taken while no poller spun,
+//     during which no other poll found events (pollerActivity), and that
+//     did not keep the process on CPU for most of a long period
+//     (cleanCost). It
+//     holds the park, the scheduler's idle path, the sleep and the wakeup
+//     as the process pays them (about 15-25µs on a 2-vCPU EPYC guest),
+//     which is the currency of the CPU the spin burns.
 //   - W, the runtime's own wakeup round trip (wakeCost): the lower quartile
 //     of round trips of two goroutines passing a byte over two pipes
 //     through the runtime's netpoller, measured when the first SpinAuto
@@ -67,6 +71,13 @@ import (
 //     hold the peer's wakeup, so a long blocked gap does not show that a
 //     spin would have missed (measured: counting those as misses kept a
 //     closed loop whose spins hit 78% of the time from ever spinning).
+//     After a spin that missed, blocked periods are no observation until a
+//     spin hits again: spinning can lengthen the gap it waits through (the
+//     spinner takes a CPU the peer needs when the two share the machine, a
+//     client in the process or unpinned), so a short gap seen while
+//     blocked does not show that a spin would find it. Measured, 8 pollers
+//     and the client in the process: spins that found 52 events and gave
+//     up 907 times went on, fed by blocked periods inside B.
 //   - The poller spins through every idle period once p reaches 1/2, and
 //     goes on until p falls below 3/8 (hysteresis: measured, a closed loop
 //     whose spins hit 65% of the time dropped under 1/2 on every short run
@@ -260,6 +271,20 @@ func autoBudget(w, gap, blockCost time.Duration) time.Duration {
 // spinners counts the SpinAuto pollers spinning now, process-wide.
 var spinners atomic.Int32
 
+// pollerActivity counts, process-wide, the polls of SpinAuto pollers that
+// returned events and the spinning slots taken. A blocked idle period is a
+// sample of C only if no poller spun at its start and nothing but its own
+// end moved the count: C is read from the process CPU clock, so the CPU
+// another poller spends meanwhile, on its events or spinning, would count
+// as this block's. Measured with 8 nested pollers on one listener
+// (ReusePort), such samples read as much CPU as wall time (0.3 to 3.5ms)
+// against 15-25µs alone, which lifted every poller's budget to
+// autoSpinMax; each then spun for up to 1ms through gaps of 500µs that
+// went to another poller, and counted its blocked periods, shorter than
+// that budget, as hits that kept it spinning (TestAutoSpinSeveralPollers).
+// One atomic add per poll with events: uncontended with one poller.
+var pollerActivity atomic.Uint64
+
 // acquireSpinner takes one of the max(1, GOMAXPROCS-1) spinning slots.
 func acquireSpinner() bool {
 	limit := int32(max(1, runtime.GOMAXPROCS(0)-1))
@@ -269,6 +294,7 @@ func acquireSpinner() bool {
 			return false
 		}
 		if spinners.CompareAndSwap(n, n+1) {
+			pollerActivity.Add(1)
 			return true
 		}
 	}
@@ -302,9 +328,11 @@ type autoSpin struct {
 	blocks    uint32               // idle periods blocked in since the last timed one
 	sample    bool                 // phaseBusy: block at the idle moment and time it
 	cpuStart  time.Duration        // process CPU time when a sampled block began, 0 if none
+	busyStart uint64               // pollerActivity when the sampled block began
 	blockCost costSamples          // process CPU used by sampled blocked periods
 	p         int32                // hit rate of a spin of B, in 1/autoSpinOne
 	spinning  bool                 // p reached 1/2 and has not fallen below 3/8 since
+	missed    bool                 // the latest spin used up B: blocked periods are not hits until a spin hits
 	probe     uint32               // idle moments decided while not spinning
 	phase     spinPhase
 	idleStart time.Duration // when the current idle period began (monoNow)
@@ -325,6 +353,7 @@ func monoNow() time.Duration { return time.Since(monoEpoch) }
 // whether the loop should yield and poll again (true) or block (false).
 func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 	if n > 0 {
+		pollerActivity.Add(1)
 		if a.phase != phaseBusy && !wakeTraffic.Load() {
 			wakeTraffic.Store(true)
 		}
@@ -332,23 +361,26 @@ func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 		switch a.phase {
 		case phaseSpin:
 			a.observe(true)
+			a.missed = false
 			a.observeGap(min(gap, autoSpinMax))
-			st.spinFound.Add(1)
+			st.inc(cSpinFound)
 			st.spinNanos.Add(uint64(gap))
 		case phaseBlock:
 			if !a.observed {
-				if gap <= a.budget { // the whole gap: B may be at its cap
+				if gap <= a.budget && !a.missed { // the whole gap: B may be at its cap
 					a.observe(true)
 				}
 				a.observeGap(min(gap, autoSpinMax)) // with this poller's wakeup: an overestimate
 			}
 		}
-		if a.phase == phaseBlock && a.cpuStart != 0 {
-			a.blockCost.add(a.cpu() - a.cpuStart)
-			st.blockCost.Store(uint64(a.blockCost.med))
+		if a.phase == phaseBlock && a.cpuStart != 0 && pollerActivity.Load() == a.busyStart+1 {
+			if c := a.cpu() - a.cpuStart; cleanCost(c, gap, a.wake()) {
+				a.blockCost.add(c)
+				st.blockCost.Store(uint64(a.blockCost.low))
+			}
 		}
 		a.cpuStart = 0
-		cost := a.blockCost.med
+		cost := a.blockCost.low
 		if c := blockCostOverride.Load(); c != 0 {
 			cost = time.Duration(c)
 		}
@@ -379,20 +411,23 @@ func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 		if a.sample || !a.slot {
 			a.blocks, a.sample = 0, false
 			a.block(now)
-			a.cpuStart = a.cpu()
+			if spinners.Load() == 0 { // a spinning poller would count in the sample
+				a.cpuStart, a.busyStart = a.cpu(), pollerActivity.Load()
+			}
 			return false
 		}
 		a.phase, a.idleStart, a.spinUntil = phaseSpin, now, now+a.budget
-		st.spinDecisions.Add(1)
+		st.inc(cSpinDecisions)
 		return true
 	case phaseSpin:
 		if now < a.spinUntil {
 			return true
 		}
 		a.observe(false)
+		a.missed = true
 		a.observeGap(2 * a.budget) // longer than B, by how much unknown
 		a.observed = true
-		st.spinGaveUp.Add(1)
+		st.inc(cSpinGaveUp)
 		st.spinNanos.Add(uint64(now - a.idleStart))
 		a.phase = phaseBlock // the idle period goes on, already observed
 		a.release()
@@ -430,14 +465,31 @@ func (a *autoSpin) block(now time.Duration) {
 	a.release()
 }
 
+// cleanCost reports whether c, the process CPU a blocked idle period of
+// wall time gap used, with no poller spinning at its start and no other
+// poll finding events during it (pollerActivity), can be the cost of the
+// block: at most a quarter of the period, unless the period was shorter than
+// 2·autoSpinK·W, where the block's own cost is most of it. A longer
+// period the process spent mostly on CPU held other work: a GC cycle,
+// goroutines no poller woke, a client in the same process (with 8 pollers
+// on one listener and the client in the process, such samples read half
+// to all of their wall time, 0.3 to 3.5ms, against 15-25µs for a block
+// alone, and lifted every poller's budget to autoSpinMax). A quarter: with
+// two CPUs, a process busy on one of them for a whole period reads half.
+func cleanCost(c, gap, w time.Duration) bool {
+	return c <= gap/4 || gap <= 2*autoSpinK*w
+}
+
 // costSamples keeps the last len(v) samples of what a blocked idle period
-// cost the process in CPU time, and their median (0 before the first),
-// computed when a sample is added (one in autoSpinCostEvery blocks) rather
-// than at every event that reads it.
+// cost the process in CPU time, and their lower quartile (0 before the
+// first), computed when a sample is added (one in autoSpinCostEvery
+// blocks) rather than at every event that reads it. The lower quartile,
+// as for W: whatever else the process runs during a sampled period only
+// adds to a sample, and cleanCost does not catch all of it.
 type costSamples struct {
 	v    [15]time.Duration
 	n, i int
-	med  time.Duration
+	low  time.Duration
 }
 
 func (c *costSamples) add(d time.Duration) {
@@ -446,7 +498,7 @@ func (c *costSamples) add(d time.Duration) {
 	c.n = min(c.n+1, len(c.v))
 	sorted := c.v // a copy: v keeps its ring order
 	slices.Sort(sorted[:c.n])
-	c.med = sorted[c.n/2]
+	c.low = sorted[c.n/4]
 }
 
 // processCPU is the CPU time the process has used (CLOCK_PROCESS_CPUTIME_ID:

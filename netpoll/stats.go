@@ -6,16 +6,19 @@ import "time"
 // counter only grows, except Descriptors.
 type PollerStats struct {
 	EpollWaits    uint64        // epoll_wait calls
+	EmptyPolls    uint64        // epoll_wait calls that returned no event
 	BlockingWaits uint64        // times the poller blocked: epoll_wait(-1), or parked (WaitNested)
 	Wakeups       uint64        // blocking waits that returned
 	EmptyWakeups  uint64        // wakeups whose first poll woke no goroutine
+	Woken         uint64        // parked operations (reads, writes, accepts) the poller's events woke
 	SpinPolls     uint64        // epoll_wait(0) calls made without blocking: spins, and SpinAuto's poll after events
 	SpinHits      uint64        // spin polls that returned events
 	SpinDecisions uint64        // SpinAuto: idle periods the poller chose to spin through
 	SpinFound     uint64        // SpinAuto: spins that found an event within the budget
 	SpinGaveUp    uint64        // SpinAuto: spins that used up the budget and blocked
 	SpinTime      time.Duration // SpinAuto: time spent in those spins
-	BlockCost     time.Duration // SpinAuto: median process CPU time a blocked idle period cost (Total: the largest)
+	SpinRefused   uint64        // SpinAuto: idle periods it would have spun through but blocked: a thread poller, or the CPU quota (doc.go, "Spinning")
+	BlockCost     time.Duration // SpinAuto: process CPU time a blocked idle period costs, the lower quartile of clean samples (Total: the largest)
 	Events        uint64        // events returned by epoll_wait
 	StaleEvents   uint64        // events for a closed fd or an old generation, dropped
 
@@ -31,6 +34,7 @@ type PollerStats struct {
 
 	LevelDisarms   uint64 // LevelTriggered readers disarmed for not reading
 	Accepts        uint64 // connections accepted on this poller
+	AcceptEAGAIN   uint64 // accept4 calls on this poller that found no connection (EAGAIN): a woken acceptor another took the connection from
 	AcceptBackoffs uint64 // accept back-offs while out of fds or memory
 	Rotations      uint64 // Exclusive listener registrations re-queued for balance
 	HandOffs       uint64 // accept edges handed to this poller for balance
@@ -56,62 +60,127 @@ type Stats struct {
 	// "Spinning".
 	WakeCost   time.Duration
 	SpinBudget time.Duration
+
+	// CPULimit is the process's CPU limit in CPUs (its cgroup's quota over
+	// its period, the tightest on the way to the root), as SpinAuto reads
+	// it; 0 when there is none or no SpinAuto poller runs. See doc.go,
+	// "Spinning".
+	CPULimit float64
+}
+
+// counter names one counter: its slot in a poller's pollerCounters (or a
+// descriptor's descCounters) and the PollerStats field it fills. This
+// block and PollerStats.counters are the one list of counters; the
+// PollerStats fields that are not counters (SpinTime, BlockCost,
+// Descriptors) are filled by poller.stats and summed by add by hand.
+type counter uint8
+
+const (
+	// Kept per descriptor (descCounters), so that no line shared between
+	// connections is written per operation; folded in when Stats reads
+	// them and when a descriptor closes.
+	cReadParks counter = iota
+	cWriteParks
+	cEAGAIN
+	cReadyTokens
+	cShortSkips
+	cCtlMod
+
+	// Kept per poller (pollerCounters).
+	cEpollWaits
+	cEmptyPolls
+	cBlockingWaits
+	cWakeups
+	cEmptyWakeups
+	cWoken
+	cSpinPolls
+	cSpinHits
+	cSpinDecisions
+	cSpinFound
+	cSpinGaveUp
+	cSpinRefused
+	cEvents
+	cStaleEvents
+	cCtlAdd
+	cCtlDel
+	cLevelDisarms
+	cAccepts
+	cAcceptEAGAIN
+	cAcceptBackoffs
+	cRotations
+	cHandOffs
+	cSendfiles
+	cSendfileBytes
+	cSplices
+	cSpliceBytes
+
+	numCounters
+)
+
+// numDescCounters: the counters below it are kept per descriptor.
+const numDescCounters = cEpollWaits
+
+// counters returns, for each counter, the PollerStats field it fills.
+func (s *PollerStats) counters() *[numCounters]*uint64 {
+	return &[numCounters]*uint64{
+		cReadParks:      &s.ReadParks,
+		cWriteParks:     &s.WriteParks,
+		cEAGAIN:         &s.EAGAIN,
+		cReadyTokens:    &s.ReadyTokens,
+		cShortSkips:     &s.ShortSkips,
+		cCtlMod:         &s.CtlMod,
+		cEpollWaits:     &s.EpollWaits,
+		cEmptyPolls:     &s.EmptyPolls,
+		cBlockingWaits:  &s.BlockingWaits,
+		cWakeups:        &s.Wakeups,
+		cEmptyWakeups:   &s.EmptyWakeups,
+		cWoken:          &s.Woken,
+		cSpinPolls:      &s.SpinPolls,
+		cSpinHits:       &s.SpinHits,
+		cSpinDecisions:  &s.SpinDecisions,
+		cSpinFound:      &s.SpinFound,
+		cSpinGaveUp:     &s.SpinGaveUp,
+		cSpinRefused:    &s.SpinRefused,
+		cEvents:         &s.Events,
+		cStaleEvents:    &s.StaleEvents,
+		cCtlAdd:         &s.CtlAdd,
+		cCtlDel:         &s.CtlDel,
+		cLevelDisarms:   &s.LevelDisarms,
+		cAccepts:        &s.Accepts,
+		cAcceptEAGAIN:   &s.AcceptEAGAIN,
+		cAcceptBackoffs: &s.AcceptBackoffs,
+		cRotations:      &s.Rotations,
+		cHandOffs:       &s.HandOffs,
+		cSendfiles:      &s.Sendfiles,
+		cSendfileBytes:  &s.SendfileBytes,
+		cSplices:        &s.Splices,
+		cSpliceBytes:    &s.SpliceBytes,
+	}
 }
 
 func (s *PollerStats) add(o *PollerStats) {
-	s.EpollWaits += o.EpollWaits
-	s.BlockingWaits += o.BlockingWaits
-	s.Wakeups += o.Wakeups
-	s.SpinPolls += o.SpinPolls
-	s.SpinHits += o.SpinHits
-	s.SpinDecisions += o.SpinDecisions
-	s.SpinFound += o.SpinFound
-	s.SpinGaveUp += o.SpinGaveUp
+	to, from := s.counters(), o.counters()
+	for c := range numCounters {
+		*to[c] += *from[c]
+	}
 	s.SpinTime += o.SpinTime
 	s.BlockCost = max(s.BlockCost, o.BlockCost)
-	s.Events += o.Events
-	s.EmptyWakeups += o.EmptyWakeups
-	s.StaleEvents += o.StaleEvents
-	s.CtlAdd += o.CtlAdd
-	s.CtlMod += o.CtlMod
-	s.CtlDel += o.CtlDel
-	s.ReadParks += o.ReadParks
-	s.WriteParks += o.WriteParks
-	s.EAGAIN += o.EAGAIN
-	s.ReadyTokens += o.ReadyTokens
-	s.ShortSkips += o.ShortSkips
-	s.LevelDisarms += o.LevelDisarms
-	s.Accepts += o.Accepts
-	s.AcceptBackoffs += o.AcceptBackoffs
-	s.Rotations += o.Rotations
-	s.HandOffs += o.HandOffs
-	s.Sendfiles += o.Sendfiles
-	s.SendfileBytes += o.SendfileBytes
-	s.Splices += o.Splices
-	s.SpliceBytes += o.SpliceBytes
 	s.Descriptors += o.Descriptors
 }
 
-// descCounters are the per-I/O counters a descriptor keeps for itself, so
-// that no counter shared between connections is touched per operation.
-type descCounters struct {
-	readParks, writeParks, eagain, tokens, skips, ctlMod uint64
-}
+// descCounters are the counters a descriptor keeps for itself (those below
+// numDescCounters).
+type descCounters [numDescCounters]uint64
 
 func (c *descCounters) add(o *descCounters) {
-	c.readParks += o.readParks
-	c.writeParks += o.writeParks
-	c.eagain += o.eagain
-	c.tokens += o.tokens
-	c.skips += o.skips
-	c.ctlMod += o.ctlMod
+	for i := range c {
+		c[i] += o[i]
+	}
 }
 
 func (c *descCounters) into(s *PollerStats) {
-	s.ReadParks += c.readParks
-	s.WriteParks += c.writeParks
-	s.EAGAIN += c.eagain
-	s.ReadyTokens += c.tokens
-	s.ShortSkips += c.skips
-	s.CtlMod += c.ctlMod
+	f := s.counters()
+	for i := range c {
+		*f[i] += c[i]
+	}
 }

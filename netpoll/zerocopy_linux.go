@@ -123,8 +123,8 @@ func (c *Conn) sendfile(f *os.File, remain int64) (written int64, err error, han
 	defer d.end(&d.wr)
 	calls := uint64(0)
 	defer func() {
-		d.p.st.sendfiles.Add(calls)
-		d.p.st.sendfileBytes.Add(uint64(written))
+		d.p.st.add(cSendfiles, calls)
+		d.p.st.add(cSendfileBytes, uint64(written))
 	}()
 	// The file's RawConn holds f open for the transfer; a regular file
 	// never waits, so f runs once.
@@ -274,8 +274,8 @@ func splice(src, dst side, remain int64, p *poller) (written int64, err error, h
 	defer src.end()
 	calls := uint64(0)
 	defer func() {
-		p.st.splices.Add(calls)
-		p.st.spliceBytes.Add(uint64(written))
+		p.st.add(cSplices, calls)
+		p.st.add(cSpliceBytes, uint64(written))
 	}()
 	for remain < 0 || written < remain {
 		want := maxSplice
