@@ -175,6 +175,22 @@
 // the poller is the process's only busy part, and looser the more else
 // runs beside it.
 //
+// Under a CPU limit (a container's quota: cgroup v2 cpu.max, v1
+// cpu.cfs_quota_us over cpu.cfs_period_us, the tightest from the process's
+// cgroup up; Stats.CPULimit) spinning spends quota, and once the group has
+// spent its quota the kernel stops every thread of it until the period
+// ends: measured, spinning doubled the time a 1-connection echo server in
+// a 0.5-CPU group was throttled and made its slowest requests wait 50ms,
+// for no more requests per second. So with a limit L under the CPUs the
+// process may run on, SpinAuto starts a spin only while the process used
+// less than L/2 CPUs over the previous window of one period, has used
+// less than that so far in the current one, and the group was not
+// throttled in the previous window (cpu.stat's nr_throttled). A process
+// that needs half its quota or more does not spin; one under half spins
+// into that headroom and no further. Refused spins are counted
+// (SpinRefused); the limit is read when the first SpinAuto group starts
+// and again each second with traffic. A fixed Spin is not gated.
+//
 // Stats count the idle periods it spun through (SpinDecisions), the spins
 // that found an event (SpinFound) or gave up (SpinGaveUp; a spin cut short
 // by Close is neither) and the time spent in them (SpinTime). The policy and its measurements are in

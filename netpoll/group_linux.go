@@ -80,6 +80,7 @@ func (g *Group) Stats() Stats {
 		if g.cfg.autoSpin() {
 			s.WakeCost = wakeCost()
 			s.SpinBudget = max(s.SpinBudget, time.Duration(p.st.spinBudget.Load()))
+			s.CPULimit = quota.cpus()
 		}
 	}
 	return s

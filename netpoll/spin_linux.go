@@ -145,6 +145,7 @@ func acquireWake() error {
 			return err
 		}
 		wake.w.Store(int64(w))
+		refreshQuota()
 		wake.stop, wake.done = make(chan struct{}), make(chan struct{})
 		go refreshWake(wake.stop, wake.done)
 	}
@@ -179,6 +180,7 @@ func refreshWake(stop, done chan struct{}) {
 			if !wakeTraffic.Swap(false) {
 				continue // no traffic: nothing to spin for, and an idle server stays idle
 			}
+			refreshQuota() // a container's limit can change while it runs
 			if spinners.Load() > 0 {
 				continue // a spinning poller holds up the round trip: measured 100-240µs
 			}
@@ -392,7 +394,7 @@ func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 		if a.phase != phaseBusy {
 			a.sample = false
 			switch {
-			case a.wantSpin():
+			case a.wantSpin(now, st):
 			case a.blocks+1 == autoSpinCostEvery:
 				a.sample = true // block from the idle moment, and time it
 			default:
@@ -436,8 +438,9 @@ func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 	return false // phaseBlock: a wakeup with nothing to do
 }
 
-// wantSpin decides, at an idle moment, whether to spin through it.
-func (a *autoSpin) wantSpin() bool {
+// wantSpin decides, at an idle moment, whether to spin through it. A spin
+// the CPU quota gate refuses (quota_linux.go) is counted and not made.
+func (a *autoSpin) wantSpin(now time.Duration, st *pollerCounters) bool {
 	if a.budget <= 0 {
 		return false
 	}
@@ -451,6 +454,10 @@ func (a *autoSpin) wantSpin() bool {
 	if !spin && a.gap <= 2*a.budget {
 		a.probe++
 		spin = a.probe%autoSpinProbe == 0
+	}
+	if spin && !quota.allow(now) {
+		st.inc(cSpinRefused)
+		return false // the caller blocks, which gives back a slot held
 	}
 	if spin && !a.slot {
 		a.slot = acquireSpinner()
