@@ -19,7 +19,11 @@
 # under strace for netpolloneshot, goroutines found by the spinning P for
 # netpollspin (a ping-pong and its echo peer pinned to CPUs 0 and 1 with
 # taskset), the same for netpollspin=auto and, in an idle window after the
-# traffic, no more spin sessions than the adaptive policy's bound, n
+# traffic, no more spin sessions than the adaptive policy's bound; for
+# netpollspin=auto's quota gate, spins refused by the runtime when the
+# ping-pong runs in a cgroup with a quota of 0.5 CPU, and none refused
+# without it (it makes the cgroup, v1 or v2, and removes it; skipped with
+# the reason when it cannot make one, unless CI is set); n
 # eventpoll fds and Ms waiting on single shards for netpollshards, and for
 # netpollshortread reads failing with EAGAIN down to a tenth of the stock
 # count in a ping-pong whose reads are all short (under strace). It runs
@@ -35,6 +39,8 @@
 #                          the six above; write "-" for GODEBUG empty
 #   TMPDIR                 where the temporary HOME and check binary go
 #   PATH                   to find strace, taskset and the C toolchain
+#   CI                     when set, check spinquota fails instead of
+#                          skipping where it cannot make a cgroup
 # Every other GO* variable is cleared; GOFLAGS is empty, GOTOOLCHAIN=local,
 # HOME is a temporary directory, and GOPROXY=off (nothing is downloaded).
 set -uo pipefail
@@ -128,6 +134,7 @@ if [[ -x $tmp/check ]]; then
 	step "check oneshot" "$tmp/check" oneshot
 	step "check spin" "$tmp/check" spin
 	step "check spinauto" "$tmp/check" spinauto
+	step "check spinquota" "$tmp/check" spinquota
 	step "check shards" "$tmp/check" shards
 	step "check shortread" "$tmp/check" shortread
 fi

@@ -2,7 +2,7 @@
 // program built with the patched toolchain (runtime_patch/build.sh). It runs
 // itself as a child with GODEBUG set and looks at what the child did:
 //
-//	check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|shards|shortread
+//	check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|spinquota|shards|shortread
 //
 // The checks:
 //
@@ -25,6 +25,12 @@
 //     window after it (sleeps, a parked reader, no network event) the
 //     sessions started must stay within the bound the policy gives. See
 //     spinauto.go.
+//   - spinquota: the same ping-pong with netpollspin=auto, once in a
+//     cgroup with a CPU quota of 0.5 CPU, which the child enters before
+//     the runtime starts: the quota gate must refuse spins there, never
+//     without the quota, where auto must spin. Skipped, with the reason,
+//     where no such cgroup can be made, unless CI is set. See
+//     spinquota.go.
 //   - shards: the child, with one P, opens a listener and 160 loopback
 //     connections (320 fds, more than one block of 256 fd numbers) and
 //     reads /proc/self/fd and each eventpoll fd's /proc/self/fdinfo: with
@@ -93,7 +99,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return errors.New("usage: check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|shards|shortread")
+		return errors.New("usage: check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|spinquota|shards|shortread")
 	}
 	if !strings.Contains(runtime.Version(), "edgepoll") {
 		return fmt.Errorf("built with %s, not the patched toolchain: the settings would be ignored", runtime.Version())
@@ -110,6 +116,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return c.spin(*spin)
 	case "spinauto":
 		return c.spinAuto()
+	case "spinquota":
+		return c.spinQuota()
 	case "shards":
 		return c.shards(*shards)
 	case "shortread":
@@ -305,6 +313,13 @@ func (c checker) spin(us int) error {
 // peer queued behind it on the same CPU answers only after the spin has
 // ended, and the spinning P finds nothing however well it works.
 func (c checker) pinnedToEcho(godebug string, workload ...string) ([]byte, error) {
+	return c.pinnedToEchoIn(nil, godebug, workload...)
+}
+
+// pinnedToEchoIn is pinnedToEcho with the workload child started through
+// enter (a command that ends by executing its arguments, such as
+// cpuGroup.enter's), and the echo child as before.
+func (c checker) pinnedToEchoIn(enter []string, godebug string, workload ...string) ([]byte, error) {
 	if _, err := exec.LookPath("taskset"); err != nil {
 		return nil, fmt.Errorf("the spin check pins its two processes with taskset: %v", err)
 	}
@@ -331,7 +346,8 @@ func (c checker) pinnedToEcho(godebug string, workload ...string) ([]byte, error
 		return nil, fmt.Errorf("echo child: no address: %v\n%s", err, perr.Bytes())
 	}
 	args := append(workload, "-peer", strings.TrimSpace(addr))
-	_, stderr, err := c.child(godebug, nil, []string{"taskset", "-c", "0"}, args...)
+	wrap := append(append([]string(nil), enter...), "taskset", "-c", "0")
+	_, stderr, err := c.child(godebug, nil, wrap, args...)
 	if err != nil {
 		stop()
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -280,5 +281,99 @@ func TestShortReadPingPong(t *testing.T) {
 	}
 	if want := fmt.Sprintf("rounds=100 bulk=%d", shortBulk); got != want {
 		t.Errorf("shortReadPingPong = %q, want %q", got, want)
+	}
+}
+
+func TestJudgeSpinQuota(t *testing.T) {
+	st := func(sessions, refused, mcpu int64) map[string]int64 {
+		return map[string]int64{"spin-sessions": sessions, "spin-quota-refused": refused, "spin-quota-mcpu": mcpu}
+	}
+	tests := []struct {
+		name         string
+		quota, auto  bool
+		st           map[string]int64
+		missing, bad bool
+	}{
+		{name: "no quota", auto: true, st: st(9000, 0, 0)},
+		{name: "no quota, no session", auto: true, st: st(0, 0, 0), missing: true},
+		{name: "no quota, a refusal", auto: true, st: st(9000, 1, 0), bad: true},
+		{name: "no quota, a limit", auto: true, st: st(9000, 0, 500), bad: true},
+		{name: "quota", quota: true, auto: true, st: st(700, 8800, quotaMCPU)},
+		{name: "quota, nothing refused", quota: true, auto: true, st: st(9000, 0, quotaMCPU), missing: true},
+		{name: "quota, limit not read", quota: true, auto: true, st: st(9000, 0, 0), bad: true},
+		{name: "quota, limit read wrong", quota: true, auto: true, st: st(700, 8800, 1000), bad: true},
+		{name: "quota, setting off", quota: true, st: st(0, 0, 0)},
+		{name: "quota, setting off, a session", quota: true, st: st(1, 0, 0), bad: true},
+		{name: "quota, setting off, a limit", quota: true, st: st(0, 0, quotaMCPU), bad: true},
+		{name: "quota, setting off, a refusal", quota: true, st: st(0, 1, 0), bad: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			missing, err := judgeSpinQuota(tt.quota, tt.auto, tt.st)
+			if (err != nil) != tt.bad {
+				t.Errorf("judgeSpinQuota error %v, want an error: %v", err, tt.bad)
+			}
+			if (missing != "") != tt.missing {
+				t.Errorf("judgeSpinQuota missing %q, want something missing: %v", missing, tt.missing)
+			}
+		})
+	}
+}
+
+func TestNamedCounters(t *testing.T) {
+	stderr := []byte("edgepoll: netpollspin=auto spin-sessions=705 spin-quota-refused=8830 spin-quota-mcpu=500\n")
+	st, err := namedCounters(stderr, []string{"spin-sessions", "spin-quota-refused", "spin-quota-mcpu"})
+	if err != nil || st["spin-sessions"] != 705 || st["spin-quota-refused"] != 8830 || st["spin-quota-mcpu"] != 500 {
+		t.Errorf("namedCounters = %v, %v", st, err)
+	}
+	if _, err := namedCounters(stderr, []string{"spin-found"}); err == nil {
+		t.Error("namedCounters: no error for a missing counter")
+	}
+}
+
+func TestParseCPUStat(t *testing.T) {
+	tests := []struct {
+		name string
+		stat string
+		want throttling
+		bad  bool
+	}{
+		{name: "v1", stat: "nr_periods 17\nnr_throttled 7\nthrottled_time 10915865\nnr_bursts 0\nburst_time 0\n",
+			want: throttling{periods: 17, throttled: 7, throttledNS: 10915865}},
+		{name: "v2", stat: "usage_usec 123\nuser_usec 100\nsystem_usec 23\nnr_periods 9\nnr_throttled 3\nthrottled_usec 26700\nnr_bursts 0\nburst_usec 0\n",
+			want: throttling{periods: 9, throttled: 3, throttledNS: 26700000}},
+		{name: "no throttled time", stat: "nr_periods 9\nnr_throttled 3\n", bad: true},
+		{name: "empty", stat: "", bad: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseCPUStat(tt.stat)
+			if (err != nil) != tt.bad {
+				t.Fatalf("parseCPUStat error %v, want an error: %v", err, tt.bad)
+			}
+			if got != tt.want {
+				t.Errorf("parseCPUStat = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestCPUGroupEnter runs a shell through a group's enter command, with a
+// plain directory for the group: the pid written to cgroup.procs must be
+// the pid of the command it executes, which is what puts that command in
+// the group before it starts.
+func TestCPUGroupEnter(t *testing.T) {
+	g := &cpuGroup{dir: t.TempDir()}
+	argv := append(g.enter(), "/bin/sh", "-c", "echo $$")
+	out, err := exec.Command(argv[0], argv[1:]...).Output()
+	if err != nil {
+		t.Fatalf("%q: %v", argv, err)
+	}
+	procs, err := os.ReadFile(filepath.Join(g.dir, "cgroup.procs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.TrimSpace(string(out)), strings.TrimSpace(string(procs)); got == "" || got != want {
+		t.Errorf("the command ran as pid %q, the group was given pid %q", got, want)
 	}
 }
