@@ -133,7 +133,7 @@
 // whether to spin and for how long. It measures two costs on the running
 // machine: C, the process CPU time that one blocked idle period costs (the
 // park, the sleep and the wakeup; timed on one blocked period in 8, the
-// lower quartile of the samples that can show it: none while another
+// median of the samples that can show it: none while another
 // poller spins or finds events, nor from a long period the process spent
 // mostly on CPU; Stats.BlockCost), and W, a wakeup round trip through the runtime's
 // netpoller (measured when the first SpinAuto group starts, and again
@@ -147,12 +147,13 @@
 //     event, a moving average over its idle periods: a spin that found an
 //     event counts as a hit, one that used up B as a miss, and an idle
 //     period it blocked through as a hit if the next event came within B
-//     (otherwise it tells nothing: the gap it saw holds its own wakeup),
-//     except after a spin that gave up, until a spin finds an event again:
-//     a spinner can delay the event it waits for when it takes a CPU the
-//     peer needs.
+//     (otherwise it tells nothing: the gap it saw holds its own wakeup).
+//     It also keeps the same average over its spins alone: a spinner can
+//     delay the event it waits for when it takes a CPU the peer needs, so
+//     short gaps seen while blocked do not show that spins find events.
 //   - It spins through every idle period once p reaches 1/2, until p falls
-//     below 3/8. Otherwise it spins only on every 64th idle moment, a probe
+//     below 3/8, and only while its spins alone find an event at least
+//     one time in 4. Otherwise it spins only on every 64th idle moment, a probe
 //     that notices when the traffic turns back to back, and not at all
 //     while the typical gap is over twice B.
 //   - At most max(1, GOMAXPROCS-1) pollers spin at once in the process,

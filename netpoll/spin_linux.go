@@ -29,8 +29,8 @@ import (
 //   - C, the CPU a blocked idle period costs the process: one such period
 //     in autoSpinCostEvery starts at an idle moment (after a yield, so the
 //     goroutines just woken have run) and is timed with the process CPU
-//     clock until the poller runs again with events; C is the lower
-//     quartile of the last 15 clean samples: taken while no poller spun,
+//     clock until the poller runs again with events; C is the median of
+//     the last 15 clean samples: taken while no poller spun,
 //     during which no other poll found events (pollerActivity), and that
 //     did not keep the process on CPU for most of a long period
 //     (cleanCost). It
@@ -71,13 +71,18 @@ import (
 //     hold the peer's wakeup, so a long blocked gap does not show that a
 //     spin would have missed (measured: counting those as misses kept a
 //     closed loop whose spins hit 78% of the time from ever spinning).
-//     After a spin that missed, blocked periods are no observation until a
-//     spin hits again: spinning can lengthen the gap it waits through (the
-//     spinner takes a CPU the peer needs when the two share the machine, a
-//     client in the process or unpinned), so a short gap seen while
-//     blocked does not show that a spin would find it. Measured, 8 pollers
-//     and the client in the process: spins that found 52 events and gave
-//     up 907 times went on, fed by blocked periods inside B.
+//     But spinning can lengthen the gap it waits through (the spinner
+//     takes a CPU the peer needs when the two share the machine: a client
+//     in the process, or unpinned), so a short gap seen while blocked does
+//     not show that a spin would find it. So the poller also keeps ps, the
+//     same average over its spins alone (it starts at 1/2), and spins
+//     through every idle period only while ps is at least 1/4 as well.
+//     Measured, 8 pollers and the client in the process: spins that found
+//     52 events and gave up 907 times went on, fed by blocked periods
+//     inside B. (Ignoring blocked periods after a spin that gave up, tried
+//     first, halved the spins of an unpinned closed loop whose spins hit
+//     86% of the time: it fell out of spinning on a run of misses and
+//     waited for probes to come back.)
 //   - The poller spins through every idle period once p reaches 1/2, and
 //     goes on until p falls below 3/8 (hysteresis: measured, a closed loop
 //     whose spins hit 65% of the time dropped under 1/2 on every short run
@@ -334,7 +339,7 @@ type autoSpin struct {
 	blockCost costSamples          // process CPU used by sampled blocked periods
 	p         int32                // hit rate of a spin of B, in 1/autoSpinOne
 	spinning  bool                 // p reached 1/2 and has not fallen below 3/8 since
-	missed    bool                 // the latest spin used up B: blocked periods are not hits until a spin hits
+	ps        int32                // hit rate of the spins themselves, in 1/autoSpinOne
 	probe     uint32               // idle moments decided while not spinning
 	phase     spinPhase
 	idleStart time.Duration // when the current idle period began (monoNow)
@@ -343,7 +348,7 @@ type autoSpin struct {
 }
 
 func newAutoSpin(wake func() time.Duration) *autoSpin {
-	return &autoSpin{wake: wake, cpu: processCPU, phase: phaseBlock, idleStart: monoNow()}
+	return &autoSpin{wake: wake, cpu: processCPU, phase: phaseBlock, idleStart: monoNow(), ps: autoSpinOne / 2}
 }
 
 var monoEpoch = time.Now()
@@ -363,13 +368,13 @@ func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 		switch a.phase {
 		case phaseSpin:
 			a.observe(true)
-			a.missed = false
+			a.ps += (autoSpinOne - a.ps) / autoSpinWeight
 			a.observeGap(min(gap, autoSpinMax))
 			st.inc(cSpinFound)
 			st.spinNanos.Add(uint64(gap))
 		case phaseBlock:
 			if !a.observed {
-				if gap <= a.budget && !a.missed { // the whole gap: B may be at its cap
+				if gap <= a.budget { // the whole gap: B may be at its cap
 					a.observe(true)
 				}
 				a.observeGap(min(gap, autoSpinMax)) // with this poller's wakeup: an overestimate
@@ -378,11 +383,11 @@ func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 		if a.phase == phaseBlock && a.cpuStart != 0 && pollerActivity.Load() == a.busyStart+1 {
 			if c := a.cpu() - a.cpuStart; cleanCost(c, gap, a.wake()) {
 				a.blockCost.add(c)
-				st.blockCost.Store(uint64(a.blockCost.low))
+				st.blockCost.Store(uint64(a.blockCost.med))
 			}
 		}
 		a.cpuStart = 0
-		cost := a.blockCost.low
+		cost := a.blockCost.med
 		if c := blockCostOverride.Load(); c != 0 {
 			cost = time.Duration(c)
 		}
@@ -426,7 +431,7 @@ func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 			return true
 		}
 		a.observe(false)
-		a.missed = true
+		a.ps -= a.ps / autoSpinWeight
 		a.observeGap(2 * a.budget) // longer than B, by how much unknown
 		a.observed = true
 		st.inc(cSpinGaveUp)
@@ -450,7 +455,7 @@ func (a *autoSpin) wantSpin(now time.Duration, st *pollerCounters) bool {
 	case a.p < autoSpinOne*3/8:
 		a.spinning = false
 	}
-	spin := a.spinning
+	spin := a.spinning && a.ps >= autoSpinOne/4
 	if !spin && a.gap <= 2*a.budget {
 		a.probe++
 		spin = a.probe%autoSpinProbe == 0
@@ -475,28 +480,32 @@ func (a *autoSpin) block(now time.Duration) {
 // cleanCost reports whether c, the process CPU a blocked idle period of
 // wall time gap used, with no poller spinning at its start and no other
 // poll finding events during it (pollerActivity), can be the cost of the
-// block: at most a quarter of the period, unless the period was shorter than
-// 2·autoSpinK·W, where the block's own cost is most of it. A longer
-// period the process spent mostly on CPU held other work: a GC cycle,
-// goroutines no poller woke, a client in the same process (with 8 pollers
-// on one listener and the client in the process, such samples read half
-// to all of their wall time, 0.3 to 3.5ms, against 15-25µs for a block
-// alone, and lifted every poller's budget to autoSpinMax). A quarter: with
-// two CPUs, a process busy on one of them for a whole period reads half.
+// block: at most 2·autoSpinK·W, or else at most a quarter of the period. A
+// sample larger than that came from a period the process spent mostly on
+// CPU doing other work: a GC cycle, goroutines no poller woke, a client
+// in the process (with 8 pollers on one listener and the client in the
+// process, such samples read half to all of their wall time, 0.3 to 3.5ms,
+// against 15-25µs for a block alone, and lifted every poller's budget to
+// autoSpinMax). A quarter: with two CPUs, a process busy on one of them
+// for a whole period reads half. (Bounding every sample by a quarter of
+// its period, tried first, dropped the samples of short gaps, where the
+// block is most of the gap: C fell and an unpinned closed loop spun 40%
+// less.)
 func cleanCost(c, gap, w time.Duration) bool {
-	return c <= gap/4 || gap <= 2*autoSpinK*w
+	return c <= 2*autoSpinK*w || c <= gap/4
 }
 
 // costSamples keeps the last len(v) samples of what a blocked idle period
-// cost the process in CPU time, and their lower quartile (0 before the
-// first), computed when a sample is added (one in autoSpinCostEvery
-// blocks) rather than at every event that reads it. The lower quartile,
-// as for W: whatever else the process runs during a sampled period only
-// adds to a sample, and cleanCost does not catch all of it.
+// cost the process in CPU time, and their median (0 before the first),
+// computed when a sample is added (one in autoSpinCostEvery blocks) rather
+// than at every event that reads it. (The lower quartile, tried against
+// what cleanCost does not catch, read 7µs where the median read 25µs with
+// the server and its client unpinned on two CPUs, and the budget it
+// allowed caught a third of the events the median's did.)
 type costSamples struct {
 	v    [15]time.Duration
 	n, i int
-	low  time.Duration
+	med  time.Duration
 }
 
 func (c *costSamples) add(d time.Duration) {
@@ -505,7 +514,7 @@ func (c *costSamples) add(d time.Duration) {
 	c.n = min(c.n+1, len(c.v))
 	sorted := c.v // a copy: v keeps its ring order
 	slices.Sort(sorted[:c.n])
-	c.low = sorted[c.n/4]
+	c.med = sorted[c.n/2]
 }
 
 // processCPU is the CPU time the process has used (CLOCK_PROCESS_CPUTIME_ID:

@@ -354,8 +354,8 @@ func TestAutoSpinCleanCostSamples(t *testing.T) {
 				}
 				now, cpu = now+gap, cpu+tt.cpu
 			}
-			if a.blockCost.low != tt.want {
-				t.Errorf("C = %v after %d samples, want %v", a.blockCost.low, a.blockCost.n, tt.want)
+			if a.blockCost.med != tt.want {
+				t.Errorf("C = %v after %d samples, want %v", a.blockCost.med, a.blockCost.n, tt.want)
 			}
 			if b := autoSpinK * simW; tt.want == 0 && a.budget > b {
 				t.Errorf("B = %v with C unknown, want at most %v", a.budget, b)

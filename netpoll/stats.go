@@ -17,8 +17,8 @@ type PollerStats struct {
 	SpinFound     uint64        // SpinAuto: spins that found an event within the budget
 	SpinGaveUp    uint64        // SpinAuto: spins that used up the budget and blocked
 	SpinTime      time.Duration // SpinAuto: time spent in those spins
-	SpinRefused   uint64        // SpinAuto: idle periods it would have spun through but blocked: a thread poller, or the CPU quota (doc.go, "Spinning")
-	BlockCost     time.Duration // SpinAuto: process CPU time a blocked idle period costs, the lower quartile of clean samples (Total: the largest)
+	SpinRefused   uint64        // SpinAuto: idle periods it would have spun through but blocked, refused by the CPU quota gate (doc.go, "Spinning")
+	BlockCost     time.Duration // SpinAuto: process CPU time a blocked idle period costs, the median of clean samples (Total: the largest)
 	Events        uint64        // events returned by epoll_wait
 	StaleEvents   uint64        // events for a closed fd or an old generation, dropped
 

@@ -51,8 +51,10 @@ const (
 )
 
 // quotaConfigs are the quota cell's configurations, those of them the run
-// has: package net, netpoll without spinning and netpoll's defaults.
-var quotaConfigs = []string{"net", spinNever, defaultCfg}
+// has: package net, netpoll without spinning and netpoll's defaults, and
+// the runtime's adaptive spinning (package net's server on the patched
+// toolchain, netpollspin=auto), which reads the quota too.
+var quotaConfigs = []string{"net", spinNever, defaultCfg, "rt-spinauto"}
 
 // makePlan lays out the run o asks for over the servers srvs (built).
 // quotaErr is why no cgroup can be made here, if so: the quota cell is
