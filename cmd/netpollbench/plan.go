@@ -52,9 +52,10 @@ const (
 
 // quotaConfigs are the quota cell's configurations, those of them the run
 // has: package net, netpoll without spinning and netpoll's defaults, and
-// the runtime's adaptive spinning (package net's server on the patched
-// toolchain, netpollspin=auto), which reads the quota too.
-var quotaConfigs = []string{"net", spinNever, defaultCfg, "rt-spinauto"}
+// package net's server on the patched toolchain without a setting and
+// with the runtime's adaptive spinning (netpollspin=auto), which reads the
+// quota too.
+var quotaConfigs = []string{"net", spinNever, defaultCfg, "rt-none", "rt-spinauto"}
 
 // makePlan lays out the run o asks for over the servers srvs (built).
 // quotaErr is why no cgroup can be made here, if so: the quota cell is
