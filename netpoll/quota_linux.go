@@ -43,9 +43,9 @@ import (
 //   - it has used less than L/2 CPUs' worth of the current window so far
 //     (the process CPU clock is read for this at most 16 times a window,
 //     and only at an idle moment where the policy wants to spin), and
-//   - the group was not throttled during the previous window (its
-//     cpu.stat's nr_throttled did not move), which also sees what other
-//     processes of the group spend.
+//   - the group was not throttled during the previous window (the
+//     cpu.stat of the cgroup whose limit it is: nr_throttled did not
+//     move), which also sees what other processes of the group spend.
 //
 // A spin the gate refuses is counted (SpinRefused) and the poller blocks
 // as if it had decided not to spin; the policy's other state (its hit
@@ -86,7 +86,7 @@ type quotaGate struct {
 type cpuLimit struct {
 	cpus     float64       // quota / period, in CPUs
 	period   time.Duration // the CFS period of the tightest limit
-	statPath string        // cpu.stat of the process's own cgroup
+	statPath string        // cpu.stat of the cgroup whose limit it is
 }
 
 // set installs a limit (zero cpus: none) and opens a new window.
@@ -190,11 +190,13 @@ func readCPULimit(root string) (cpuLimit, error) {
 	}
 	mount = filepath.Join(root, mount)
 	dir := filepath.Join(mount, rel) // Join cleans: no way above mount
-	best := cpuLimit{statPath: filepath.Join(dir, "cpu.stat")}
+	var best cpuLimit
 	for d := dir; ; d = filepath.Dir(d) {
 		cpus, period, ok := readLimitAt(d, v2)
 		if ok && (best.cpus == 0 || cpus < best.cpus) {
-			best.cpus, best.period = cpus, period
+			// The kernel counts throttling in the group whose quota
+			// throttles: its cpu.stat, not the leaf's.
+			best = cpuLimit{cpus: cpus, period: period, statPath: filepath.Join(d, "cpu.stat")}
 		}
 		if d == mount || !strings.HasPrefix(d, mount) {
 			break

@@ -40,7 +40,7 @@ func TestReadCPULimit(t *testing.T) {
 		files  map[string]string
 		cpus   float64
 		period time.Duration
-		stat   string // cpu.stat path under the root
+		stat   string // cpu.stat path under the root: the limiting cgroup's
 	}{
 		{"v1 leaf", map[string]string{
 			"proc/self/cgroup":                                     "5:memory:/a/b\n4:cpu,cpuacct:/a/b\n",
@@ -61,7 +61,7 @@ func TestReadCPULimit(t *testing.T) {
 			"sys/fs/cgroup/cpu,cpuacct/a/b/cpu.cfs_period_us": "100000\n",
 			"sys/fs/cgroup/cpu,cpuacct/a/cpu.cfs_quota_us":    "25000\n",
 			"sys/fs/cgroup/cpu,cpuacct/a/cpu.cfs_period_us":   "50000\n",
-		}, 0.5, 50 * time.Millisecond, "sys/fs/cgroup/cpu,cpuacct/a/b/cpu.stat"},
+		}, 0.5, 50 * time.Millisecond, "sys/fs/cgroup/cpu,cpuacct/a/cpu.stat"},
 		{"v1 in a container", map[string]string{
 			"proc/self/cgroup":                    "4:cpu,cpuacct:/docker/abc\n",
 			"proc/self/mountinfo":                 "25 20 0:22 /docker/abc /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpuacct,cpu\n",
@@ -73,7 +73,7 @@ func TestReadCPULimit(t *testing.T) {
 			"proc/self/mountinfo":                            v2Mountinfo,
 			"sys/fs/cgroup/system.slice/app.service/cpu.max": "max 100000\n",
 			"sys/fs/cgroup/system.slice/cpu.max":             "200000 100000\n",
-		}, 2, 100 * time.Millisecond, "sys/fs/cgroup/system.slice/app.service/cpu.stat"},
+		}, 2, 100 * time.Millisecond, "sys/fs/cgroup/system.slice/cpu.stat"},
 		{"v2 in a container, escaped mount point", map[string]string{
 			"proc/self/cgroup":         "0::/\n",
 			"proc/self/mountinfo":      "30 20 0:26 / /sys/fs/my\\040cgroup rw - cgroup2 cgroup2 rw\n",

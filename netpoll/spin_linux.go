@@ -30,13 +30,12 @@ import (
 //     in autoSpinCostEvery starts at an idle moment (after a yield, so the
 //     goroutines just woken have run) and is timed with the process CPU
 //     clock until the poller runs again with events; C is the median of
-//     the last 15 clean samples: taken while no poller spun,
-//     during which no other poll found events (pollerActivity), and that
-//     did not keep the process on CPU for most of a long period
-//     (cleanCost). It
-//     holds the park, the scheduler's idle path, the sleep and the wakeup
-//     as the process pays them (about 15-25µs on a 2-vCPU EPYC guest),
-//     which is the currency of the CPU the spin burns.
+//     the last 15 clean samples: taken while no poller spun, during which
+//     no other poll found events (pollerActivity), and that did not keep
+//     the process on CPU for most of a long period (cleanCost). It holds
+//     the park, the scheduler's idle path, the sleep and the wakeup as the
+//     process pays them (about 15-25µs on a 2-vCPU EPYC guest), which is
+//     the currency of the CPU the spin burns.
 //   - W, the runtime's own wakeup round trip (wakeCost): the lower quartile
 //     of round trips of two goroutines passing a byte over two pipes
 //     through the runtime's netpoller, measured when the first SpinAuto
