@@ -287,10 +287,15 @@ func TestSpinAuto(t *testing.T) {
 //     the CPU of other pollers and of the dialing client, read up to 3.5ms,
 //     and lifted the budget to its 1ms cap; blocked periods inside that
 //     budget kept counting as hits, and the pollers went on spinning
-//     through gaps that went to another poller: spins that gave up were
-//     25 to 45% of the accepts. The bound says a poller whose spins mostly
-//     fail spins in about one idle period in 64: here at most one accept
-//     in 8 may see a spin that gave up.
+//     through gaps that went to another poller: with the client in the
+//     process, 907 spins gave up against 52 that found an event. A poller
+//     spins through idle periods only while its own spins find an event
+//     at least one time in 4 (a moving average, weight 1/8, from 1/2), and
+//     otherwise on probes only, one idle moment in 64: so spins that gave
+//     up are at most three times those that found one, plus what the
+//     average takes to fall and the probes: here one accept in 8.
+//     (TestAutoSpinCleanCostSamples and TestAutoSpinWhenSpinningDelaysThePeer
+//     check the causes deterministically.)
 //
 // Every connection is accepted exactly once (acceptStream). The herd's
 // cost per accept is logged; BenchmarkAcceptStream measures it against
@@ -314,8 +319,8 @@ func TestSpinAutoSeveralPollers(t *testing.T) {
 					}
 					return
 				}
-				if s.SpinGaveUp > conns/8 {
-					t.Errorf("%d spins gave up for %d accepts (%d found); want at most one accept in 8", s.SpinGaveUp, conns, s.SpinFound)
+				if limit := 3*s.SpinFound + conns/8; s.SpinGaveUp > limit {
+					t.Errorf("%d spins gave up for %d accepts (%d found); want at most %d: three per spin that found an event, and one accept in 8", s.SpinGaveUp, conns, s.SpinFound, limit)
 				}
 			})
 		}
