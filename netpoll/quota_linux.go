@@ -100,14 +100,16 @@ func (q *quotaGate) set(l cpuLimit, now time.Duration) {
 		q.limit.Store(0)
 		return
 	}
+	if l.statPath != q.statPath {
+		q.statPath = l.statPath
+		q.throttled, _ = readThrottled(q.statPath)
+	}
 	if math.Float64frombits(q.limit.Load()) == l.cpus && time.Duration(q.period.Load()) == l.period {
 		return // unchanged: keep the window going
 	}
 	q.limit.Store(math.Float64bits(l.cpus))
 	q.period.Store(int64(l.period))
-	q.statPath = l.statPath
 	q.start, q.startCPU, q.lastCheck = now, q.cpu(), now
-	q.throttled, _ = readThrottled(q.statPath)
 	q.open.Store(true)
 }
 
