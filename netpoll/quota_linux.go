@@ -1,8 +1,6 @@
 package netpoll
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"math"
 	"os"
@@ -61,7 +59,7 @@ import (
 const quotaWindowChecks = 16
 
 // quota is the process-wide gate; its limit is set by refreshQuota.
-var quota quotaGate
+var quota = quotaGate{cpu: processCPU}
 
 // quotaGate decides, under the process's CPU limit, whether a spin may
 // start now.
@@ -70,8 +68,9 @@ type quotaGate struct {
 	period atomic.Int64  // window length (ns): the cgroup's CFS period
 	open   atomic.Bool   // spins allowed in the current window
 
-	// mu guards the window; it is only ever tried (TryLock): a poller that
-	// finds it held goes by open as it is.
+	// mu guards the fields below it. set takes it; allow only tries it
+	// (TryLock), and a poller that finds it held goes by open as it is.
+	// Lock order: mu, then nothing.
 	mu        sync.Mutex
 	start     time.Duration // window start (monoNow)
 	startCPU  time.Duration // process CPU at the window start
@@ -79,7 +78,7 @@ type quotaGate struct {
 	statPath  string        // the group's cpu.stat, "" if not readable
 	throttled uint64        // its nr_throttled at the window start
 
-	cpu func() time.Duration // processCPU; tests replace it
+	cpu func() time.Duration // the process CPU clock: processCPU, or a test's
 }
 
 // cpuLimit is the CPU limit the gate works with.
@@ -93,9 +92,6 @@ type cpuLimit struct {
 func (q *quotaGate) set(l cpuLimit, now time.Duration) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.cpu == nil {
-		q.cpu = processCPU
-	}
 	if l.cpus <= 0 || l.period <= 0 {
 		q.limit.Store(0)
 		return
@@ -213,36 +209,25 @@ func readCPULimit(root string) (cpuLimit, error) {
 // readLimitAt reads one cgroup directory's CPU limit: ok is false when it
 // has none (v2 "max", v1 quota -1) or its files cannot be read.
 func readLimitAt(dir string, v2 bool) (cpus float64, period time.Duration, ok bool) {
+	var qs, ps string // quota and period in µs, as the files give them
 	if v2 {
-		b, err := os.ReadFile(filepath.Join(dir, "cpu.max"))
-		if err != nil {
-			return 0, 0, false
+		b, err := os.ReadFile(filepath.Join(dir, "cpu.max")) // "QUOTA PERIOD" or "max PERIOD"
+		if f := strings.Fields(string(b)); err == nil && len(f) == 2 {
+			qs, ps = f[0], f[1]
 		}
-		f := strings.Fields(string(b))
-		if len(f) != 2 || f[0] == "max" {
-			return 0, 0, false
+	} else {
+		q, err1 := os.ReadFile(filepath.Join(dir, "cpu.cfs_quota_us")) // -1: none
+		p, err2 := os.ReadFile(filepath.Join(dir, "cpu.cfs_period_us"))
+		if err1 == nil && err2 == nil {
+			qs, ps = strings.TrimSpace(string(q)), strings.TrimSpace(string(p))
 		}
-		q, err1 := strconv.ParseInt(f[0], 10, 64)
-		p, err2 := strconv.ParseInt(f[1], 10, 64)
-		if err1 != nil || err2 != nil || q <= 0 || p <= 0 {
-			return 0, 0, false
-		}
-		return float64(q) / float64(p), time.Duration(p) * time.Microsecond, true
 	}
-	q, err1 := readInt(filepath.Join(dir, "cpu.cfs_quota_us"))
-	p, err2 := readInt(filepath.Join(dir, "cpu.cfs_period_us"))
+	q, err1 := strconv.ParseInt(qs, 10, 64)
+	p, err2 := strconv.ParseInt(ps, 10, 64)
 	if err1 != nil || err2 != nil || q <= 0 || p <= 0 {
-		return 0, 0, false
+		return 0, 0, false // none ("max", -1), or unreadable
 	}
 	return float64(q) / float64(p), time.Duration(p) * time.Microsecond, true
-}
-
-func readInt(path string) (int64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 }
 
 // cpuCgroupDir finds, from /proc/self/cgroup and /proc/self/mountinfo, the
@@ -269,10 +254,9 @@ func cpuCgroupDir(cgroup, mountinfo []byte) (mount, rel string, v2 bool, err err
 			}
 		}
 	}
-	sc := bufio.NewScanner(bytes.NewReader(mountinfo))
-	for sc.Scan() {
+	for line := range strings.Lines(string(mountinfo)) {
 		// ID parent major:minor root mountpoint options [optional...] - fstype source superoptions
-		f := strings.Fields(sc.Text())
+		f := strings.Fields(line)
 		sep := -1
 		for i, x := range f {
 			if x == "-" {

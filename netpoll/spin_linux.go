@@ -277,8 +277,9 @@ func autoBudget(w, gap, blockCost time.Duration) time.Duration {
 // spinners counts the SpinAuto pollers spinning now, process-wide.
 var spinners atomic.Int32
 
-// pollerActivity counts, process-wide, the polls of SpinAuto pollers that
-// returned events and the spinning slots taken. A blocked idle period is a
+// pollerActivity counts, process-wide, the spinning slots taken and, while
+// a SpinAuto poller times a blocked idle period (timing > 0), the polls of
+// SpinAuto pollers that returned events. A blocked idle period is a
 // sample of C only if no poller spun at its start and nothing but its own
 // end moved the count: C is read from the process CPU clock, so the CPU
 // another poller spends meanwhile, on its events or spinning, would count
@@ -288,8 +289,16 @@ var spinners atomic.Int32
 // autoSpinMax; each then spun for up to 1ms through gaps of 500µs that
 // went to another poller, and counted its blocked periods, shorter than
 // that budget, as hits that kept it spinning (TestAutoSpinSeveralPollers).
-// One atomic add per poll with events: uncontended with one poller.
+// A poll with events reads timing, a line written once per timed period,
+// and writes pollerActivity only while a period is timed: one poll in
+// about autoSpinCostEvery idle periods, not every one.
 var pollerActivity atomic.Uint64
+
+// timing counts the SpinAuto pollers timing a blocked idle period now.
+// Invariant: a poller adds one when it starts timing (autoSpin.timing set)
+// and takes it back exactly once, when the period ends with events or the
+// poller releases its state (autoSpin.endTiming).
+var timing atomic.Int32
 
 // acquireSpinner takes one of the max(1, GOMAXPROCS-1) spinning slots.
 func acquireSpinner() bool {
@@ -333,7 +342,8 @@ type autoSpin struct {
 	observed  bool                 // the current idle period has been observed
 	blocks    uint32               // idle periods blocked in since the last timed one
 	sample    bool                 // phaseBusy: block at the idle moment and time it
-	cpuStart  time.Duration        // process CPU time when a sampled block began, 0 if none
+	timing    bool                 // a sampled block is being timed: counted in the global timing
+	cpuStart  time.Duration        // process CPU time when the sampled block began
 	busyStart uint64               // pollerActivity when the sampled block began
 	blockCost costSamples          // process CPU used by sampled blocked periods
 	p         int32                // hit rate of a spin of B, in 1/autoSpinOne
@@ -359,7 +369,9 @@ func monoNow() time.Duration { return time.Since(monoEpoch) }
 // whether the loop should yield and poll again (true) or block (false).
 func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 	if n > 0 {
-		pollerActivity.Add(1)
+		if timing.Load() > 0 { // one of them may be this poller's own
+			pollerActivity.Add(1)
+		}
 		if a.phase != phaseBusy && !wakeTraffic.Load() {
 			wakeTraffic.Store(true)
 		}
@@ -379,13 +391,13 @@ func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 				a.observeGap(min(gap, autoSpinMax)) // with this poller's wakeup: an overestimate
 			}
 		}
-		if a.phase == phaseBlock && a.cpuStart != 0 && pollerActivity.Load() == a.busyStart+1 {
+		if a.phase == phaseBlock && a.timing && a.cpuStart != 0 && pollerActivity.Load() == a.busyStart+1 {
 			if c := a.cpu() - a.cpuStart; cleanCost(c, gap, a.wake()) {
 				a.blockCost.add(c)
 				st.blockCost.Store(uint64(a.blockCost.med))
 			}
 		}
-		a.cpuStart = 0
+		a.endTiming()
 		cost := a.blockCost.med
 		if c := blockCostOverride.Load(); c != 0 {
 			cost = time.Duration(c)
@@ -418,6 +430,8 @@ func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 			a.blocks, a.sample = 0, false
 			a.block(now)
 			if spinners.Load() == 0 { // a spinning poller would count in the sample
+				a.timing = true
+				timing.Add(1) // before busyStart: every poll counted after it sees timing > 0
 				a.cpuStart, a.busyStart = a.cpu(), pollerActivity.Load()
 			}
 			return false
@@ -539,10 +553,21 @@ func (a *autoSpin) observe(hit bool) {
 	a.p += (target - a.p) / autoSpinWeight
 }
 
-// release gives back the spinning slot, if held.
+// release gives back the spinning slot, if held, and ends the timing of a
+// blocked idle period, if any: block calls it, and the poller's loop when
+// it stops.
 func (a *autoSpin) release() {
 	if a.slot {
 		spinners.Add(-1)
 		a.slot = false
+	}
+	a.endTiming() // the poller stops: block calls it with no period timed
+}
+
+// endTiming ends the timing of a blocked idle period, if one is timed.
+func (a *autoSpin) endTiming() {
+	if a.timing {
+		a.timing = false
+		timing.Add(-1)
 	}
 }

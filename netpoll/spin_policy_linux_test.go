@@ -360,6 +360,10 @@ func TestAutoSpinCleanCostSamples(t *testing.T) {
 			if b := autoSpinK * simW; tt.want == 0 && a.budget > b {
 				t.Errorf("B = %v with C unknown, want at most %v", a.budget, b)
 			}
+			a.release()
+			if n := timing.Load(); n != 0 {
+				t.Errorf("%d pollers timing a blocked period after the only one released its state, want 0", n)
+			}
 		})
 	}
 }

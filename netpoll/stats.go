@@ -121,8 +121,8 @@ const (
 const numDescCounters = cEpollWaits
 
 // counters returns, for each counter, the PollerStats field it fills.
-func (s *PollerStats) counters() *[numCounters]*uint64 {
-	return &[numCounters]*uint64{
+func (s *PollerStats) counters() [numCounters]*uint64 {
+	return [numCounters]*uint64{
 		cReadParks:      &s.ReadParks,
 		cWriteParks:     &s.WriteParks,
 		cEAGAIN:         &s.EAGAIN,

@@ -175,7 +175,11 @@ func namedCounters(stderr []byte, names []string) (map[string]int64, error) {
 // cgroupRoot is where the cgroup file systems are mounted.
 const cgroupRoot = "/sys/fs/cgroup"
 
-// cpuGroup is a cgroup with a CPU quota, made for a check.
+// cpuGroup is a cgroup with a CPU quota, made for a check. It is the
+// repository's internal/cpuquota again, in small: verify.sh builds the
+// check as a module of its own with the patched toolchain and the
+// standard library alone, so it cannot import that package (which needs
+// golang.org/x/sys).
 type cpuGroup struct {
 	dir        string // the group's directory
 	v2         bool   // cgroup v2 (cpu.max), else v1's cpu controller
