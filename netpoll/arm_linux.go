@@ -44,6 +44,7 @@ func registration(d *desc) uint32 {
 // (EPOLLEXCLUSIVE for a shared listener).
 func (p *poller) register(d *desc, extra uint32) error {
 	d.p = p
+	d.rd.inl, d.wr.inl = p.inline, p.inline
 	d.mode = p.mode
 	if d.shared {
 		d.mode = EdgeTriggered
@@ -135,7 +136,7 @@ func (p *poller) armForPark(d *desc, dr *dir) error {
 	if d.mode == LevelTriggered && d.armed.Load() == want {
 		return nil
 	}
-	if d.mode == LevelTriggered && p.strategy == WaitNested {
+	if d.mode == LevelTriggered && p.nested() {
 		// DEL and ADD, not MOD. epoll re-links a level-triggered item in
 		// its ready list when it reports it, without a wakeup, and a MOD
 		// of a linked item makes no wakeup either (ep_modify wakes only

@@ -77,9 +77,14 @@ const (
 	// WaitYield polls with timeout 0 and yields the P while events keep
 	// coming, then blocks in epoll_wait(-1) on the poller's goroutine.
 	WaitYield
+	// WaitInline is WaitNested where the operation about to park, when no
+	// other watches the epoll fd, waits on it itself: the runtime's
+	// netpoller wakes it directly, one goroutine hop where WaitNested takes
+	// two. See inline_linux.go.
+	WaitInline
 )
 
-var waitNames = [...]string{WaitDefault: "default", WaitNested: "nested", WaitBlock: "block", WaitYield: "yield"}
+var waitNames = [...]string{WaitDefault: "default", WaitNested: "nested", WaitBlock: "block", WaitYield: "yield", WaitInline: "inline"}
 
 // String returns the short name used in NETPOLL and in benchmark labels.
 func (w Wait) String() string {
@@ -219,7 +224,7 @@ func (c Config) validate() error {
 		return &ConfigError{"sharing", c.Sharing.String(), "want single, exclusive, wakeall or reuseport"}
 	}
 	if int(c.Wait) >= len(waitNames) {
-		return &ConfigError{"wait", c.Wait.String(), "want default, nested, block or yield"}
+		return &ConfigError{"wait", c.Wait.String(), "want default, nested, block, yield or inline"}
 	}
 	if c.BusyPoll < 0 || c.BusyPoll > time.Duration(maxBusyPollUsecs)*time.Microsecond {
 		return &ConfigError{"busypoll", c.BusyPoll.String(), "want 0 (off) up to 2^31-1 microseconds"}
@@ -233,7 +238,10 @@ func (c Config) validate() error {
 	if c.SpinPolicy == SpinAuto && c.Spin != 0 {
 		return &ConfigError{"spin", c.Spin.String(), "SpinAuto sets the budget itself: leave Spin 0"}
 	}
-	if c.Sharing == Exclusive && c.Wait == WaitNested {
+	if c.Wait == WaitInline && c.Spin != 0 {
+		return &ConfigError{"spin", c.spinString(), "wait=inline does not spin: its parked operation waits in the runtime's netpoller (leave Spin 0)"}
+	}
+	if c.Sharing == Exclusive && (c.Wait == WaitNested || c.Wait == WaitInline) {
 		// Measured: with 32 nested pollers every poller woke for each
 		// connection, as many wakeups as WakeAll.
 		return &ConfigError{"sharing", "exclusive", "needs wait=block or wait=yield (no wait key: exclusive defaults to block): the kernel stops an EPOLLEXCLUSIVE wakeup only at an epoll instance with a thread asleep in epoll_wait, and nested pollers sleep in the runtime's epoll instead, so every poller would wake"}
@@ -254,7 +262,7 @@ func (c Config) autoSpin() bool {
 	// Exclusive pollers: 20 context switches per accept with spinning, 4
 	// without; BenchmarkAcceptStream). SpinAuto's answer there is never
 	// to spin (doc.go, "Spinning").
-	return auto && c.wait() != WaitBlock
+	return auto && c.wait() != WaitBlock && c.wait() != WaitInline
 }
 
 // shortRead reports whether connections skip after short transfers.
@@ -355,7 +363,7 @@ func (c *Config) set(k, v string) error {
 	case "wait":
 		i := indexOf(waitNames[:], v, nil)
 		if i < 0 {
-			return &ConfigError{k, v, "want nested, block, yield or default"}
+			return &ConfigError{k, v, "want nested, block, yield, inline or default"}
 		}
 		c.Wait = Wait(i)
 	case "pollers":

@@ -24,6 +24,7 @@ func TestParseConfig(t *testing.T) {
 		{"spin=default", netpoll.Config{}},
 		{"spin=-5ms", netpoll.Config{Spin: -5 * time.Millisecond}},
 		{"mode=level,sharing=reuseport,wait=yield", netpoll.Config{Mode: netpoll.LevelTriggered, Sharing: netpoll.ReusePort, Wait: netpoll.WaitYield}},
+		{"mode=oneshot,wait=inline", netpoll.Config{Mode: netpoll.OneShot, Wait: netpoll.WaitInline}},
 	} {
 		got, err := netpoll.ParseConfig(tt.in)
 		if err != nil || got != tt.want {

@@ -49,6 +49,7 @@ type dir struct {
 	state    atomic.Uint32 // stIdle, stReady or stWaiting
 	wake     chan struct{} // capacity 1: the one token of the invariant above
 	deadline atomic.Int64  // unix nanoseconds; 0 means none
+	inl      *inlineWait   // the poller's WaitInline role, nil otherwise; set at registration
 
 	// mu serializes operations in this direction, so at most one goroutine
 	// is ever parked on it. Lock order: dir.mu before desc.armMu.
@@ -92,6 +93,9 @@ func (dr *dir) send() {
 	case dr.wake <- struct{}{}:
 	default:
 		panic("netpoll: second wake token for one park (state machine invariant broken)")
+	}
+	if dr.inl != nil {
+		dr.inl.kickIfHolder(dr)
 	}
 }
 
@@ -280,7 +284,11 @@ func (d *desc) awaitReady(dr *dir) error {
 		}
 		if err == nil {
 			dr.parks.Add(1)
-			timedOut = dr.park()
+			if dr.inl != nil {
+				timedOut = dr.inl.park(dr)
+			} else {
+				timedOut = dr.park()
+			}
 		}
 		if err != nil || timedOut {
 			if !dr.state.CompareAndSwap(stWaiting, stIdle) {

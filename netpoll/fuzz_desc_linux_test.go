@@ -60,7 +60,7 @@ import (
 //	cd netpoll && go test -run '^$' -fuzz FuzzDescStateMachine -fuzztime 5m .
 func FuzzDescStateMachine(f *testing.F) {
 	f.Fuzz(func(t *testing.T, script string) {
-		for _, m := range []descMachine{realMachine, realMachineNoSkip} {
+		for _, m := range []descMachine{realMachine, realMachineNoSkip, realMachineInline} {
 			if err := runDescModel(m, script, 10*time.Second); err != nil {
 				t.Fatalf("%s: %v", m.name, err)
 			}
@@ -96,11 +96,17 @@ type descMachine struct {
 	stick       func(*desc, uint32)
 	transfer    func(d *desc, dr *dir, size int, op func() (int, error)) (int, error)
 	skip        bool // the desc skips after short transfers
+	// inline runs the desc on a real poller with WaitInline, so that a park
+	// waits on the epoll fd itself (inline_linux.go) and the driver's
+	// events, deadlines and closes reach it as another goroutine's would:
+	// a token, then a kick through the epoll instance.
+	inline bool
 }
 
 var (
-	realMachine       = descMachine{"real", (*dir).notify, (*dir).setDeadline, (*desc).close, (*desc).stick, (*desc).transfer, true}
-	realMachineNoSkip = descMachine{"real, no skip", (*dir).notify, (*dir).setDeadline, (*desc).close, (*desc).stick, (*desc).transfer, false}
+	realMachine       = descMachine{"real", (*dir).notify, (*dir).setDeadline, (*desc).close, (*desc).stick, (*desc).transfer, true, false}
+	realMachineNoSkip = descMachine{"real, no skip", (*dir).notify, (*dir).setDeadline, (*desc).close, (*desc).stick, (*desc).transfer, false, false}
+	realMachineInline = descMachine{"real, inline", (*dir).notify, (*dir).setDeadline, (*desc).close, (*desc).stick, (*desc).transfer, true, true}
 )
 
 // modelSize is what the model's operations ask for: 2, so that 1 is short.
@@ -172,21 +178,46 @@ type descModel struct {
 	trace      strings.Builder
 }
 
-func newDescModel(m descMachine, timeout time.Duration) *descModel {
+func newDescModel(m descMachine, timeout time.Duration) (*descModel, error) {
 	d := newDesc(modelFD, kindConn)
 	d.p = &poller{epfd: -1} // EdgeTriggered never arms; unregister's EPOLL_CTL_DEL fails harmlessly
+	if m.inline {
+		// A real poller, started, with nothing registered: the desc is
+		// not in epoll (its fd is not real), so only kicks reach the
+		// holder, and unregister's EPOLL_CTL_DEL fails harmlessly.
+		p, err := newPoller(0, Config{Wait: WaitInline})
+		if err != nil {
+			return nil, err
+		}
+		if err := p.start(); err != nil {
+			p.closeFDs()
+			return nil, err
+		}
+		d.p = p
+		d.rd.inl, d.wr.inl = p.inline, p.inline
+	}
 	d.mode = EdgeTriggered
 	d.shared = true // destroy closes no fd
 	d.skip = m.skip
 	return &descModel{m: m, d: d, timeout: timeout, dr: &d.rd,
-		req: make(chan modelOutcome), resp: make(chan byte), res: make(chan error, 1)}
+		req: make(chan modelOutcome), resp: make(chan byte), res: make(chan error, 1)}, nil
 }
 
 // runDescModel plays script against a fresh desc and returns the first
 // invariant it saw broken.
 func runDescModel(m descMachine, script string, timeout time.Duration) (err error) {
 	const maxSteps = 512
-	md := newDescModel(m, timeout)
+	md, err := newDescModel(m, timeout)
+	if err != nil {
+		return err
+	}
+	if m.inline {
+		defer func() {
+			if err == nil {
+				md.d.p.stop() // a failed run may have left its operation inside the poller
+			}
+		}()
+	}
 	restore := SetBeforeParkHook(func(fd int) {
 		if fd == modelFD {
 			md.req <- opAtHook

@@ -80,6 +80,36 @@ func TestDescModelCatchesBrokenMachines(t *testing.T) {
 		{name: "the edge is consumed after the read instead of before it", transfer: brokenIO(consumeAfter)},
 		{name: "a full read leaves the skip armed", transfer: brokenIO(keepDrained)},
 		{name: "the poller drops sticky bits", stick: func(*desc, uint32) {}},
+
+		// WaitInline: a token for an operation waiting on the epoll fd
+		// itself reaches it only with a kick through the epoll instance.
+		{name: "inline: an edge's token comes without a kick", inline: true, notify: func(dr *dir) bool {
+			if dr.state.Swap(stReady) != stWaiting {
+				return false
+			}
+			dr.wake <- struct{}{} // dir.send without kickIfHolder
+			return true
+		}},
+		{name: "inline: close wakes the parked without a kick", inline: true, close: func(d *desc) error {
+			for {
+				v := d.ref.Load()
+				if v&refClosing != 0 {
+					<-d.done
+					return net.ErrClosed
+				}
+				if d.ref.CompareAndSwap(v, v|refClosing) {
+					break
+				}
+			}
+			for _, dr := range []*dir{&d.rd, &d.wr} {
+				if dr.state.CompareAndSwap(stWaiting, stIdle) {
+					dr.wake <- struct{}{} // dir.nudge without kickIfHolder
+				}
+			}
+			d.decref()
+			<-d.done
+			return nil
+		}},
 	}
 	for _, m := range broken {
 		m.skip = true

@@ -15,6 +15,10 @@ import (
 
 var modes = []netpoll.Mode{netpoll.EdgeTriggered, netpoll.OneShot, netpoll.LevelTriggered}
 
+// nestedWaits are the waits on the runtime's netpoller: the default's and
+// WaitInline, where the parking operation waits on the epoll fd itself.
+var nestedWaits = []netpoll.Wait{netpoll.WaitNested, netpoll.WaitInline}
+
 // newGroup starts a group and closes it when the test ends.
 func newGroup(t testing.TB, cfg netpoll.Config) *netpoll.Group {
 	t.Helper()

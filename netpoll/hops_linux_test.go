@@ -29,6 +29,9 @@ func TestPlainPathHops(t *testing.T) {
 		{"oneshot/nested", netpoll.Config{Mode: netpoll.OneShot, SpinPolicy: netpoll.SpinFixed}},
 		{"lt/nested", netpoll.Config{Mode: netpoll.LevelTriggered, SpinPolicy: netpoll.SpinFixed}},
 		{"et/block", netpoll.Config{Wait: netpoll.WaitBlock, SpinPolicy: netpoll.SpinFixed}},
+		{"et/inline", netpoll.Config{Wait: netpoll.WaitInline, SpinPolicy: netpoll.SpinFixed}},
+		{"lt/inline", netpoll.Config{Mode: netpoll.LevelTriggered, Wait: netpoll.WaitInline, SpinPolicy: netpoll.SpinFixed}},
+		{"oneshot/inline", netpoll.Config{Mode: netpoll.OneShot, Wait: netpoll.WaitInline, SpinPolicy: netpoll.SpinFixed}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			g := newGroup(t, tt.cfg)

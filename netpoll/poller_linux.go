@@ -36,6 +36,7 @@ type poller struct {
 	strategy Wait
 	spin     time.Duration // Config.Spin
 	auto     *autoSpin     // SpinAuto's state, nil otherwise
+	inline   *inlineWait   // WaitInline's role, nil otherwise
 
 	shortRead bool // Config.ShortRead resolved: its connections skip after short transfers
 
@@ -100,6 +101,11 @@ func newPoller(id int, cfg Config) (_ *poller, err error) {
 	if err = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, p.evfd, &ev); err != nil {
 		return nil, os.NewSyscallError("epoll_ctl", err)
 	}
+	if p.strategy == WaitInline {
+		if p.inline, err = newInlineWait(p); err != nil {
+			return nil, err
+		}
+	}
 	return p, nil
 }
 
@@ -109,6 +115,9 @@ func (p *poller) closeFDs() {
 	if p.auto != nil {
 		releaseWake()
 		p.auto = nil
+	}
+	if p.inline != nil {
+		p.inline.close()
 	}
 	if p.evfd >= 0 {
 		unix.Close(p.evfd)
@@ -121,12 +130,19 @@ func (p *poller) closeFDs() {
 // start runs the loop in its own goroutine.
 func (p *poller) start() error {
 	var nested *os.File
-	if p.strategy == WaitNested {
+	if p.nested() {
 		// os.NewFile registers a non-blocking fd with the runtime poller.
 		if err := unix.SetNonblock(p.epfd, true); err != nil {
 			return os.NewSyscallError("fcntl", err)
 		}
 		nested = os.NewFile(uintptr(p.epfd), "netpoll-epoll")
+		if p.inline != nil {
+			rc, err := nested.SyscallConn()
+			if err != nil {
+				return err
+			}
+			p.inline.rc = rc
+		}
 	}
 	go func() {
 		defer close(p.stopped)
@@ -136,6 +152,8 @@ func (p *poller) start() error {
 		switch p.strategy {
 		case WaitNested:
 			p.runNested(nested)
+		case WaitInline:
+			p.runInline(nested)
 		case WaitBlock:
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
@@ -156,12 +174,19 @@ func (p *poller) stop() {
 			break
 		}
 	}
+	if p.inline != nil {
+		close(p.inline.quit)
+	}
 	<-p.stopped
-	if p.strategy == WaitNested {
+	if p.nested() {
 		p.epfd = -1 // closed by the os.File in runNested
 	}
 	p.closeFDs()
 }
+
+// nested reports whether the poller's epoll fd waits in the runtime's
+// netpoller (WaitNested, WaitInline).
+func (p *poller) nested() bool { return p.strategy == WaitNested || p.strategy == WaitInline }
 
 // stats snapshots the poller: its own counters, its closed descriptors' and
 // its live ones'.

@@ -26,12 +26,14 @@ func TestNewRejectsOutOfRange(t *testing.T) {
 		{"mode just past lt", netpoll.Config{Mode: netpoll.LevelTriggered + 1}, "mode", "Mode(3)"},
 		{"mode max", netpoll.Config{Mode: math.MaxUint8}, "mode", "Mode(255)"},
 		{"sharing just past reuseport", netpoll.Config{Sharing: netpoll.ReusePort + 1}, "sharing", "Sharing(4)"},
-		{"wait just past yield", netpoll.Config{Wait: netpoll.WaitYield + 1}, "wait", "Wait(4)"},
+		{"wait just past inline", netpoll.Config{Wait: netpoll.WaitInline + 1}, "wait", "Wait(5)"},
 		{"pollers min int", netpoll.Config{Pollers: math.MinInt}, "pollers", "-9223372036854775808"},
 		{"pollers max int", netpoll.Config{Pollers: math.MaxInt}, "pollers", "9223372036854775807"},
 		{"busypoll negative", netpoll.Config{BusyPoll: -time.Microsecond}, "busypoll", "-1µs"},
 		{"busypoll past the kernel's 2^31-1us", netpoll.Config{BusyPoll: (1 << 31) * time.Microsecond}, "busypoll", "35m47.483648s"},
 		{"busypoll max duration", netpoll.Config{BusyPoll: math.MaxInt64}, "busypoll", time.Duration(math.MaxInt64).String()},
+		{"inline wait with a spin budget", netpoll.Config{Wait: netpoll.WaitInline, Spin: time.Millisecond}, "spin", "1ms"},
+		{"inline wait spinning forever", netpoll.Config{Wait: netpoll.WaitInline, Spin: -1}, "spin", "forever"},
 		{"exclusive with nested pollers", netpoll.Config{Sharing: netpoll.Exclusive, Pollers: 2, Wait: netpoll.WaitNested}, "sharing", "exclusive"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -22,6 +22,11 @@ type PollerStats struct {
 	Events        uint64        // events returned by epoll_wait
 	StaleEvents   uint64        // events for a closed fd or an old generation, dropped
 
+	// WaitInline (inline_linux.go).
+	InlineWaits uint64 // parks that waited on the epoll fd themselves (took the poller's role)
+	StepAsides  uint64 // of those, the ones that woke others before their own event came and went on waiting on their channel
+	Takeovers   uint64 // times the role, left out with operations parked, went to the poller's goroutine: by the timer, or for an operation with a deadline
+
 	CtlAdd uint64 // EPOLL_CTL_ADD calls
 	CtlMod uint64 // EPOLL_CTL_MOD calls (OneShot re-arms, LevelTriggered EPOLLOUT)
 	CtlDel uint64 // EPOLL_CTL_DEL calls
@@ -101,6 +106,9 @@ const (
 	cSpinRefused
 	cEvents
 	cStaleEvents
+	cInlineWaits
+	cStepAsides
+	cTakeovers
 	cCtlAdd
 	cCtlDel
 	cLevelDisarms
@@ -143,6 +151,9 @@ func (s *PollerStats) counters() [numCounters]*uint64 {
 		cSpinRefused:    &s.SpinRefused,
 		cEvents:         &s.Events,
 		cStaleEvents:    &s.StaleEvents,
+		cInlineWaits:    &s.InlineWaits,
+		cStepAsides:     &s.StepAsides,
+		cTakeovers:      &s.Takeovers,
 		cCtlAdd:         &s.CtlAdd,
 		cCtlDel:         &s.CtlDel,
 		cLevelDisarms:   &s.LevelDisarms,

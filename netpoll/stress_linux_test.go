@@ -25,7 +25,7 @@ func TestPingPongStress(t *testing.T) {
 		conns, rounds = 20, 200
 	}
 	for _, mode := range modes {
-		for _, wait := range []netpoll.Wait{netpoll.WaitNested, netpoll.WaitBlock, netpoll.WaitYield} {
+		for _, wait := range []netpoll.Wait{netpoll.WaitNested, netpoll.WaitBlock, netpoll.WaitYield, netpoll.WaitInline} {
 			t.Run(fmt.Sprintf("mode=%s/wait=%s", mode, wait), func(t *testing.T) {
 				g := newGroup(t, netpoll.Config{Mode: mode, Wait: wait})
 				pingPong(t, g, conns, rounds)

@@ -43,7 +43,7 @@ func (f *Flags) Register(fs *flag.FlagSet, defaultAddr string) {
 	fs.IntVar(&f.Pollers, "pollers", 0, "netpoll pollers (0: the library default)")
 	fs.StringVar(&f.Sharing, "sharing", "single", "netpoll listener sharing: single, exclusive, wakeall or reuseport")
 	fs.StringVar(&f.Spin, "spin", "default", `netpoll spin: a budget (a duration, 0 for never, or "forever"), "auto", or "default" (the library's: auto)`)
-	fs.StringVar(&f.Wait, "wait", "default", `netpoll wait strategy: nested, block, yield or "default" (nested; block with -sharing exclusive)`)
+	fs.StringVar(&f.Wait, "wait", "default", `netpoll wait strategy: nested, block, yield, inline or "default" (nested; block with -sharing exclusive)`)
 	fs.StringVar(&f.ShortRead, "shortread", "default", `netpoll: skip the syscall that would return EAGAIN after a short read or write: on, off, or "default" (the library's: on)`)
 	fs.StringVar(&f.Network, "net", "tcp", "network: tcp, tcp4, tcp6 or unix")
 	fs.StringVar(&f.Addr, "addr", defaultAddr, "address to listen on")

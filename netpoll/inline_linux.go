@@ -1,0 +1,310 @@
+package netpoll
+
+import (
+	"os"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// WaitInline: the operation about to park waits on the epoll fd itself.
+//
+// WaitNested costs two goroutine hops per wakeup: the runtime's netpoller
+// readies the poller's goroutine, whose epoll_wait(0) finds the event and
+// readies the parked operation. Under WaitInline the operation that parks
+// when nobody else watches the epoll fd takes the poller's role (the
+// "holder"): it enters RawConn.Read on the epoll fd itself, so the runtime
+// readies it directly, it polls, dispatches what it found to others, and
+// carries on without a switch when its own direction was among them.
+//
+// The role is one word, role in the low bits and the count of operations
+// parked on their channels (waiters) above:
+//
+//	roleLoop    the poller's goroutine is in (or entering) RawRead: it
+//	            watches for the waiters, and leaves the role after a poll
+//	            that woke one (it will come back to park and may take it)
+//	roleInline  a parking operation is in (or entering) RawRead
+//	roleOut     a holder left with waiters: nobody watches until the next
+//	            operation to park takes the role, or inlineHandoff has passed
+//	            and the timer gives it to the loop goroutine
+//	roleVacant  nobody watches and no operation waits
+//
+// Invariants: an operation parks on its channel only by adding itself to the
+// waiters of a word whose role is loop or inline, or by moving the role to
+// loop itself (with a deadline, see park), so a waiter is never left
+// unwatched for longer than inlineHandoff; the loop goroutine is active
+// exactly while the role is loop (the baton, capacity 1, carries each move to
+// loop); and whoever enters RawRead polls before it parks, since entering
+// resets the runtime's readiness of the epoll fd and an edge that came while
+// nobody was inside would otherwise be lost.
+const (
+	roleLoop uint64 = iota
+	roleInline
+	roleOut
+	roleVacant
+
+	roleMask   uint64 = 3
+	waiterUnit uint64 = 4
+)
+
+// inlineHandoff bounds how long waiters go unwatched after a holder left
+// with its own event: the time a request-response handler usually takes to
+// park again.
+const inlineHandoff = 500 * time.Microsecond
+
+type inlineWait struct {
+	p      *poller
+	word   atomic.Uint64 // role | waiters*waiterUnit
+	rc     syscall.RawConn
+	kickfd int                 // eventfd registered edge-triggered: written to wake the holder
+	holder atomic.Pointer[dir] // the direction waiting inline, nil if none
+	// polling is set while the holder polls: a token sent meanwhile is seen
+	// by the holder's check after the poll, so it needs no kick.
+	polling atomic.Bool
+	timer   *time.Timer   // roleOut's bound: gives the role to the loop
+	armed   atomic.Bool   // the timer is pending
+	outSeq  atomic.Uint64 // moves to roleOut so far
+	seenSeq atomic.Uint64 // outSeq when the timer was last armed or fired
+	baton   chan struct{} // capacity 1: wakes the loop goroutine into roleLoop
+	quit    chan struct{} // closed by stop
+	step    func(uintptr) bool
+	hd      *dir // the holder's direction; owned by the holder
+	aside   bool // the holder steps aside; owned by the holder
+}
+
+func newInlineWait(p *poller) (*inlineWait, error) {
+	iw := &inlineWait{p: p, kickfd: -1, baton: make(chan struct{}, 1), quit: make(chan struct{})}
+	iw.word.Store(roleVacant) // the loop goroutine starts dormant
+	iw.step = iw.holderStep
+	iw.timer = time.AfterFunc(time.Hour, iw.takeover)
+	iw.timer.Stop()
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return nil, os.NewSyscallError("eventfd", err)
+	}
+	iw.kickfd = fd
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(fd)}
+	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		return nil, os.NewSyscallError("epoll_ctl", err)
+	}
+	return iw, nil
+}
+
+func (iw *inlineWait) close() {
+	iw.timer.Stop()
+	if iw.kickfd >= 0 {
+		unix.Close(iw.kickfd)
+		iw.kickfd = -1
+	}
+}
+
+// park waits for dr's wake token, as dir.park does, watching the epoll fd
+// itself when nobody else does.
+func (iw *inlineWait) park(dr *dir) (timedOut bool) {
+	for {
+		w := iw.word.Load()
+		role := w & roleMask
+		if role == roleLoop || role == roleInline {
+			if iw.word.CompareAndSwap(w, w+waiterUnit) {
+				return iw.parkChan(dr)
+			}
+			continue
+		}
+		if dr.deadline.Load() != 0 {
+			// The holder parks in RawRead without a timer of its own:
+			// an operation with a deadline waits on its channel and
+			// wakes the loop goroutine to watch.
+			if iw.word.CompareAndSwap(w, (w&^roleMask|roleLoop)+waiterUnit) {
+				iw.p.st.inc(cTakeovers)
+				iw.baton <- struct{}{}
+				return iw.parkChan(dr)
+			}
+			continue
+		}
+		if iw.word.CompareAndSwap(w, w&^roleMask|roleInline) {
+			iw.p.st.inc(cInlineWaits)
+			if !iw.hold(dr) {
+				return false
+			}
+			// Stepped aside: wait on the channel, the role out.
+			for {
+				w := iw.word.Load()
+				if iw.word.CompareAndSwap(w, (w&^roleMask|roleOut)+waiterUnit) {
+					iw.p.st.inc(cStepAsides)
+					iw.wentOut()
+					return iw.parkChan(dr)
+				}
+			}
+		}
+	}
+}
+
+func (iw *inlineWait) parkChan(dr *dir) bool {
+	t := dr.park()
+	iw.word.Add(^(waiterUnit - 1)) // minus one waiter
+	return t
+}
+
+// hold runs the holder's wait: RawRead on the epoll fd until dr's token
+// (false), or until a poll woke others and dr's token has not come (true:
+// the caller steps aside, the role out, so that one of them takes it when
+// it parks again).
+func (iw *inlineWait) hold(dr *dir) (stepAside bool) {
+	iw.hd = dr
+	iw.aside = false
+	iw.holder.Store(dr)
+	err := iw.rc.Read(iw.step)
+	iw.holder.Store(nil)
+	iw.hd = nil
+	if err != nil {
+		panic("netpoll: RawConn.Read on our own epoll fd failed: " + err.Error())
+	}
+	if iw.aside {
+		return true
+	}
+	iw.leave()
+	return false
+}
+
+// holderStep is the holder's RawRead callback: poll, dispatch, and return
+// true once the holder's own token has come.
+func (iw *inlineWait) holderStep(uintptr) bool {
+	p := iw.p
+	for {
+		iw.polling.Store(true)
+		n, woke, _ := p.poll(0) // the stop eventfd is level-triggered: the loop sees it
+		iw.polling.Store(false)
+		select {
+		case <-iw.hd.wake:
+			return true
+		default:
+		}
+		if woke > 0 {
+			iw.aside = true
+			return true
+		}
+		if n < len(p.events) {
+			p.st.inc(cBlockingWaits)
+			return false
+		}
+	}
+}
+
+// leave gives the role up: vacant when nobody waits, else out with the
+// timer running.
+func (iw *inlineWait) leave() {
+	for {
+		w := iw.word.Load()
+		if w < waiterUnit {
+			if iw.word.CompareAndSwap(w, roleVacant) {
+				return
+			}
+			continue
+		}
+		if iw.word.CompareAndSwap(w, w&^roleMask|roleOut) {
+			iw.wentOut()
+			return
+		}
+	}
+}
+
+// wentOut follows each move to roleOut: it counts it and arms the timer
+// unless it is pending already. A pending timer fires at most inlineHandoff
+// after any move out; it takes over only if the role has been out since it
+// was armed or last fired, and otherwise re-arms, so waiters go unwatched for
+// less than twice inlineHandoff and a busy holder makes one timer event per
+// inlineHandoff, not one per request.
+func (iw *inlineWait) wentOut() {
+	seq := iw.outSeq.Add(1)
+	if !iw.armed.Swap(true) {
+		iw.seenSeq.Store(seq)
+		iw.timer.Reset(inlineHandoff)
+	}
+}
+
+// takeover is the timer's function (see wentOut).
+func (iw *inlineWait) takeover() {
+	for {
+		w := iw.word.Load()
+		if w&roleMask == roleOut {
+			if seq := iw.outSeq.Load(); seq != iw.seenSeq.Load() {
+				iw.seenSeq.Store(seq)
+				iw.timer.Reset(inlineHandoff)
+				return
+			}
+			if iw.word.CompareAndSwap(w, w&^roleMask|roleLoop) {
+				iw.p.st.inc(cTakeovers)
+				iw.armed.Store(false)
+				if iw.word.Load()&roleMask == roleOut && !iw.armed.Swap(true) {
+					iw.timer.Reset(inlineHandoff)
+				}
+				iw.baton <- struct{}{}
+				return
+			}
+			continue
+		}
+		iw.armed.Store(false)
+		// A move out between the load above and the store would have
+		// found the timer armed: look again.
+		if iw.word.Load()&roleMask != roleOut || iw.armed.Swap(true) {
+			return
+		}
+		iw.seenSeq.Store(iw.outSeq.Load())
+		iw.timer.Reset(inlineHandoff)
+		return
+	}
+}
+
+// kickIfHolder wakes the holder after a token was sent to dr by someone
+// other than the holder's own poll.
+func (iw *inlineWait) kickIfHolder(dr *dir) {
+	if iw.holder.Load() != dr || iw.polling.Load() {
+		return
+	}
+	var one = [8]byte{1}
+	for {
+		if _, err := unix.Write(iw.kickfd, one[:]); err != unix.EINTR {
+			return
+		}
+	}
+}
+
+// runInline is the loop goroutine of WaitInline: WaitNested's loop while it
+// holds the role, leaving it after a poll that woke someone.
+func (p *poller) runInline(f *os.File) {
+	defer f.Close()
+	iw := p.inline
+	stopped := false
+	step := func(uintptr) bool {
+		for {
+			n, woke, stop := p.poll(0)
+			if stop {
+				stopped = true
+				return true
+			}
+			if woke > 0 {
+				return true
+			}
+			if n < len(p.events) {
+				p.st.inc(cBlockingWaits)
+				return false
+			}
+		}
+	}
+	for {
+		select {
+		case <-iw.baton:
+		case <-iw.quit:
+			return
+		}
+		if err := iw.rc.Read(step); err != nil {
+			panic("netpoll: RawConn.Read on our own epoll fd failed: " + err.Error())
+		}
+		if stopped {
+			return
+		}
+		iw.leave()
+	}
+}

@@ -1,0 +1,198 @@
+package netpoll_test
+
+import (
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/edgepoll/edgepoll/netpoll"
+)
+
+// TestInlineOneHop counts what one request costs on WaitInline, with an
+// Accept parked on the same poller the whole time, as in a server: the
+// reader parks once per request and waits on the epoll fd itself (the
+// runtime readies it: one hop), not on its channel behind the poller's
+// goroutine. The only parks that do not wait inline come after the role
+// went to the poller's goroutine (Takeovers: the reader took longer than
+// inlineHandoff to park again), and nobody steps aside, since the holder's
+// polls find only its own events. On WaitNested every park waits on its
+// channel (InlineWaits 0): this test fails there.
+func TestInlineOneHop(t *testing.T) {
+	const rounds = 2000
+	for _, mode := range modes {
+		t.Run("mode="+mode.String(), func(t *testing.T) {
+			g := newGroup(t, netpoll.Config{Mode: mode, Wait: netpoll.WaitInline})
+			l := listen(t, g, "tcp")
+			client, server := netClient(t, l) // a peer off the poller: its parks are not counted
+			accepted := make(chan error, 1)
+			go func() {
+				_, err := l.Accept() // parked until the listener closes
+				accepted <- err
+			}()
+			waitFor(t, "the acceptor to park", func() bool { return g.Stats().Total.ReadParks >= 1 })
+			before := g.Stats().Total
+			pingPongConn(t, client, server, rounds)
+			s := g.Stats().Total
+			parks, inline := s.ReadParks-before.ReadParks, s.InlineWaits-before.InlineWaits
+			asides, takeovers := s.StepAsides-before.StepAsides, s.Takeovers-before.Takeovers
+			t.Logf("%d requests: %d reader parks, %d waited inline, %d stepped aside, %d takeovers, %d epoll_waits",
+				rounds, parks, inline, asides, takeovers, s.EpollWaits-before.EpollWaits)
+			if parks < rounds/2 || parks > rounds+1 {
+				t.Errorf("%d parks for %d requests; want about one each", parks, rounds)
+			}
+			// A takeover makes at most the next park wait on its channel
+			// and the one after it step aside.
+			if inline+2*takeovers+1 < parks {
+				t.Errorf("%d of %d parks waited inline with %d takeovers; want every park but those after a takeover", inline, parks, takeovers)
+			}
+			if asides > 2*takeovers+1 {
+				t.Errorf("%d parks stepped aside with %d takeovers; the holder's polls found only its own events", asides, takeovers)
+			}
+			if takeovers > rounds/4 {
+				t.Errorf("%d takeovers in %d requests: the reader parks again within microseconds", takeovers, rounds)
+			}
+			l.Close()
+			if err := <-accepted; err == nil {
+				t.Error("the parked Accept returned no error when the listener closed")
+			}
+		})
+	}
+}
+
+// TestInlineTakeover: a holder that leaves with its own event and then
+// does not park again (its handler blocks elsewhere) must not strand the
+// operations parked on their channels: within inlineHandoff the role goes
+// to the poller's goroutine, which wakes them. Without the timer the second
+// Read below would wait for good.
+func TestInlineTakeover(t *testing.T) {
+	for _, mode := range modes {
+		t.Run("mode="+mode.String(), func(t *testing.T) {
+			g := newGroup(t, netpoll.Config{Mode: mode, Wait: netpoll.WaitInline})
+			l := listen(t, g, "tcp")
+			clientA, serverA := pipe(t, g, l)
+			clientB, serverB := pipe(t, g, l)
+			done, expired := watchdog(t, time.Minute)
+			defer done()
+
+			readA, readB := make(chan ioResult, 1), make(chan ioResult, 1)
+			read := func(c net.Conn, res chan<- ioResult) {
+				b := make([]byte, 8)
+				n, err := c.Read(b)
+				res <- ioResult{n, err}
+			}
+			base := g.Stats().Total
+			go read(serverA, readA)
+			waitFor(t, "A's Read to wait inline", func() bool { return g.Stats().Total.InlineWaits > base.InlineWaits })
+			go read(serverB, readB)
+			waitFor(t, "B's Read to park", func() bool { return g.Stats().Total.ReadParks >= base.ReadParks+2 })
+			if s := g.Stats().Total; s.InlineWaits != base.InlineWaits+1 {
+				t.Fatalf("%d parks waited inline; want A's alone (B waits on its channel)", s.InlineWaits-base.InlineWaits)
+			}
+
+			// A's byte: A's Read returns, and A does not park again.
+			if _, err := clientA.Write([]byte{1}); err != nil {
+				t.Fatal(err)
+			}
+			if r := awaitResult(t, readA, expired, "A's Read"); r.err != nil || r.n != 1 {
+				t.Fatalf("A's Read = %d, %v", r.n, r.err)
+			}
+			// B's byte arrives with nobody in the epoll fd.
+			if _, err := clientB.Write([]byte{2}); err != nil {
+				t.Fatal(err)
+			}
+			if r := awaitResult(t, readB, expired, "B's Read"); r.err != nil || r.n != 1 {
+				t.Fatalf("B's Read = %d, %v", r.n, r.err)
+			}
+			if s := g.Stats().Total; s.Takeovers == base.Takeovers {
+				t.Errorf("B was woken with no takeover counted: who watched the epoll fd?")
+			}
+		})
+	}
+}
+
+// TestInlineDeadlineAndClose: a Read waiting inline ends at its deadline
+// set while it waits, and at Close from another goroutine, each with the
+// Conn's error; a Read with a deadline parks on its channel with the
+// poller's goroutine watching, and is woken by data.
+func TestInlineDeadlineAndClose(t *testing.T) {
+	for _, mode := range modes {
+		t.Run("mode="+mode.String(), func(t *testing.T) {
+			g := newGroup(t, netpoll.Config{Mode: mode, Wait: netpoll.WaitInline})
+			l := listen(t, g, "tcp")
+			client, server := pipe(t, g, l)
+			done, expired := watchdog(t, time.Minute)
+			defer done()
+			res := make(chan ioResult, 1)
+			read := func() {
+				b := make([]byte, 8)
+				n, err := server.Read(b)
+				res <- ioResult{n, err}
+			}
+
+			base := g.Stats().Total
+			go read()
+			waitFor(t, "the Read to wait inline", func() bool { return g.Stats().Total.InlineWaits > base.InlineWaits })
+			server.SetReadDeadline(time.Now().Add(-time.Second))
+			wantOpError(t, "Read past a deadline set while waiting inline", awaitResult(t, res, expired, "Read").err, "read", os.ErrDeadlineExceeded)
+
+			server.SetReadDeadline(time.Now().Add(time.Hour))
+			base = g.Stats().Total
+			go read()
+			waitFor(t, "the Read with a deadline to park", func() bool { return g.Stats().Total.ReadParks > base.ReadParks })
+			if _, err := client.Write([]byte{7}); err != nil {
+				t.Fatal(err)
+			}
+			if r := awaitResult(t, res, expired, "Read with a deadline"); r.err != nil || r.n != 1 {
+				t.Fatalf("Read with a deadline = %d, %v; want 1, nil", r.n, r.err)
+			}
+			if s := g.Stats().Total; s.InlineWaits != base.InlineWaits || s.Takeovers == base.Takeovers {
+				t.Errorf("a Read with a deadline: %d inline waits, %d takeovers; want none inline, and the poller's goroutine called",
+					s.InlineWaits-base.InlineWaits, s.Takeovers-base.Takeovers)
+			}
+
+			server.SetReadDeadline(time.Time{})
+			base = g.Stats().Total
+			go read()
+			waitFor(t, "the Read to wait inline again", func() bool { return g.Stats().Total.InlineWaits > base.InlineWaits })
+			server.Close()
+			wantOpError(t, "Read ended by Close", awaitResult(t, res, expired, "Read").err, "read", net.ErrClosed)
+		})
+	}
+}
+
+// netClient dials l with package net and returns both ends.
+func netClient(t *testing.T, l net.Listener) (client, server net.Conn) {
+	t.Helper()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			t.Error(err)
+		}
+		accepted <- c
+	}()
+	client, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server = <-accepted
+	if server == nil {
+		client.Close()
+		t.FailNow()
+	}
+	t.Cleanup(func() { client.Close(); server.Close() })
+	return client, server
+}
+
+// waitFor polls cond until it holds, failing t after a minute.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
