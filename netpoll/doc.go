@@ -233,6 +233,19 @@
 // loop_linux.go says what each costs; testdata/core/ in the repository
 // holds the measurements behind the default.
 //
+// WaitInline (opt-in, not spinning) is WaitNested where the operation about
+// to park, when no other watches the epoll fd, waits on it itself: the
+// runtime readies it directly, one goroutine hop per wakeup where nested
+// takes two (TestInlineOneHop counts it). An operation that leaves with its
+// event while others wait leaves them unwatched until the next park, or
+// until 500 µs have passed and the poller's goroutine takes over: their
+// wakeup can be that much later when a handler blocks outside netpoll
+// between Reads. An operation with a deadline waits behind the poller's
+// goroutine. inline_linux.go has the rules; measured (echo, 1 connection,
+// testdata/issue21/inline/) it saves most of the nested poller's cost
+// unpinned (GOMAXPROCS=2), and costs an epoll_wait per park more pinned
+// to one CPU, which is why it is not the default.
+//
 // # Errors
 //
 // Errors are package net's: *net.OpError around an *os.SyscallError, a bare

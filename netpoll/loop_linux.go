@@ -21,6 +21,10 @@ import (
 //     goroutines it readied; no thread is dedicated to the poller. It is
 //     the default; its cost against package net is one epoll_wait(0) and
 //     one goroutine switch more per wakeup.
+//   - WaitInline lets the operation about to park wait on the epoll fd
+//     itself, so the thread the kernel wakes runs it with no switch; the
+//     poller's goroutine runs only to watch for operations with deadlines
+//     or left unwatched (inline_linux.go).
 //
 // What each costs is measured in the recorded runs, not here: testdata/core/
 // (in-process echo under each Wait, the choice of WaitNested) and
