@@ -17,7 +17,8 @@ import (
 // a bug.
 func TestDescModelCatchesBrokenMachines(t *testing.T) {
 	seeds := descSeeds(t)
-	closeWithoutNudge := func(d *desc) error {
+	// closeWaking is desc.close with wake in place of its nudges.
+	closeWaking := func(d *desc, wake func(*dir)) error {
 		for {
 			v := d.ref.Load()
 			if v&refClosing != 0 {
@@ -28,10 +29,13 @@ func TestDescModelCatchesBrokenMachines(t *testing.T) {
 				break
 			}
 		}
+		wake(&d.rd)
+		wake(&d.wr)
 		d.decref()
 		<-d.done
 		return nil
 	}
+	closeWithoutNudge := func(d *desc) error { return closeWaking(d, func(*dir) {}) }
 	storeDeadline := func(dr *dir, t time.Time) {
 		ns := int64(0)
 		if !t.IsZero() {
@@ -91,24 +95,11 @@ func TestDescModelCatchesBrokenMachines(t *testing.T) {
 			return true
 		}},
 		{name: "inline: close wakes the parked without a kick", inline: true, close: func(d *desc) error {
-			for {
-				v := d.ref.Load()
-				if v&refClosing != 0 {
-					<-d.done
-					return net.ErrClosed
-				}
-				if d.ref.CompareAndSwap(v, v|refClosing) {
-					break
-				}
-			}
-			for _, dr := range []*dir{&d.rd, &d.wr} {
+			return closeWaking(d, func(dr *dir) {
 				if dr.state.CompareAndSwap(stWaiting, stIdle) {
 					dr.wake <- struct{}{} // dir.nudge without kickIfHolder
 				}
-			}
-			d.decref()
-			<-d.done
-			return nil
+			})
 		}},
 	}
 	for _, m := range broken {

@@ -69,6 +69,30 @@ func pipe(t testing.TB, g *netpoll.Group, l net.Listener) (client, server net.Co
 	return client, r.c
 }
 
+// netClient dials l with package net and returns both ends.
+func netClient(t *testing.T, l net.Listener) (client, server net.Conn) {
+	t.Helper()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			t.Error(err)
+		}
+		accepted <- c
+	}()
+	client, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server = <-accepted
+	if server == nil {
+		client.Close()
+		t.FailNow()
+	}
+	t.Cleanup(func() { client.Close(); server.Close() })
+	return client, server
+}
+
 // watchdog fails the test if it is not done within d, instead of hanging
 // until the test binary's timeout. Call the returned func when done.
 func watchdog(t testing.TB, d time.Duration) (done func(), expired <-chan struct{}) {

@@ -1,7 +1,6 @@
 package netpoll_test
 
 import (
-	"net"
 	"testing"
 
 	"github.com/edgepoll/edgepoll/netpoll"
@@ -17,8 +16,10 @@ import (
 // parks in the runtime's netpoller, the thread poller blocks in
 // epoll_wait) with the epoll_wait that finds the event: two hops and an
 // epoll_wait where net has one hop. The test asserts that count, so that a
-// wait that removes the second hop (issue 21, part 2) shows here by failing
-// it, and a change that adds one shows too.
+// change that adds a hop shows. WaitInline keeps these counts (its reader
+// is its own poller: the park is also the poller's block, with an
+// epoll_wait before it and one after) but takes one hop: TestInlineOneHop
+// counts that.
 func TestPlainPathHops(t *testing.T) {
 	const rounds = 2000
 	for _, tt := range []struct {
@@ -36,24 +37,7 @@ func TestPlainPathHops(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			g := newGroup(t, tt.cfg)
 			l := listen(t, g, "tcp")
-			accepted := make(chan net.Conn, 1)
-			go func() {
-				c, err := l.Accept()
-				if err != nil {
-					t.Error(err)
-				}
-				accepted <- c
-			}()
-			client, err := net.Dial("tcp", l.Addr().String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer client.Close()
-			server := <-accepted
-			if server == nil {
-				t.FailNow()
-			}
-			defer server.Close()
+			client, server := netClient(t, l)
 			before := g.Stats().Total
 			pingPongConn(t, client, server, rounds)
 			s := g.Stats().Total

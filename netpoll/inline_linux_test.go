@@ -161,30 +161,6 @@ func TestInlineDeadlineAndClose(t *testing.T) {
 	}
 }
 
-// netClient dials l with package net and returns both ends.
-func netClient(t *testing.T, l net.Listener) (client, server net.Conn) {
-	t.Helper()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
-			t.Error(err)
-		}
-		accepted <- c
-	}()
-	client, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	server = <-accepted
-	if server == nil {
-		client.Close()
-		t.FailNow()
-	}
-	t.Cleanup(func() { client.Close(); server.Close() })
-	return client, server
-}
-
 // waitFor polls cond until it holds, failing t after a minute.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
