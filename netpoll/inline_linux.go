@@ -17,7 +17,12 @@ import (
 // when nobody else watches the epoll fd takes the poller's role (the
 // "holder"): it enters RawConn.Read on the epoll fd itself, so the runtime
 // readies it directly, it polls, dispatches what it found to others, and
-// carries on without a switch when its own direction was among them.
+// carries on without a switch when its own direction was among them. A
+// holder whose poll woke others before its own event came steps aside: it
+// moves the role out and waits on its channel, so that one of those it woke
+// takes the role when it parks again. Without that, a server's Accept,
+// parked first and woken rarely, would keep the role and wake every reader
+// through its channel: two hops again (measured so).
 //
 // The role is one word, role in the low bits and the count of operations
 // parked on their channels (waiters) above:
@@ -32,9 +37,10 @@ import (
 //	roleVacant  nobody watches and no operation waits
 //
 // Invariants: an operation parks on its channel only by adding itself to the
-// waiters of a word whose role is loop or inline, or by moving the role to
-// loop itself (with a deadline, see park), so a waiter is never left
-// unwatched for longer than inlineHandoff; the loop goroutine is active
+// waiters of a word whose role is loop or inline, by moving the role to
+// loop itself (with a deadline, see park), or by moving it out as it steps
+// aside, and every move out arms the timer (wentOut), so a waiter is never
+// left unwatched for longer than twice inlineHandoff; the loop goroutine is active
 // exactly while the role is loop (the baton, capacity 1, carries each move to
 // loop); and whoever enters RawRead polls before it parks, since entering
 // resets the runtime's readiness of the epoll fd and an edge that came while
@@ -87,6 +93,7 @@ func newInlineWait(p *poller) (*inlineWait, error) {
 	iw.kickfd = fd
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(fd)}
 	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		iw.close()
 		return nil, os.NewSyscallError("epoll_ctl", err)
 	}
 	return iw, nil
