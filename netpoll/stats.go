@@ -7,7 +7,7 @@ import "time"
 type PollerStats struct {
 	EpollWaits    uint64        // epoll_wait calls
 	EmptyPolls    uint64        // epoll_wait calls that returned no event
-	BlockingWaits uint64        // times the poller blocked: epoll_wait(-1), or parked (WaitNested)
+	BlockingWaits uint64        // times the poller blocked: epoll_wait(-1), or parked (WaitNested; under WaitInline, the holder parked too)
 	Wakeups       uint64        // blocking waits that returned
 	EmptyWakeups  uint64        // wakeups whose first poll woke no goroutine
 	Woken         uint64        // parked operations (reads, writes, accepts) the poller's events woke
