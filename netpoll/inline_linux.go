@@ -242,11 +242,10 @@ func (iw *inlineWait) takeover() {
 				return
 			}
 			if iw.word.CompareAndSwap(w, w&^roleMask|roleLoop) {
+				// Nobody moves the role out again before the loop
+				// goroutine, woken by the baton below, leaves it.
 				iw.p.st.inc(cTakeovers)
 				iw.armed.Store(false)
-				if iw.word.Load()&roleMask == roleOut && !iw.armed.Swap(true) {
-					iw.timer.Reset(inlineHandoff)
-				}
 				iw.baton <- struct{}{}
 				return
 			}
