@@ -70,6 +70,18 @@ func SetBeforeParkHook(f func(fd int)) (restore func()) {
 	}
 }
 
+// SetInlineParkHook installs f to run as an operation on a WaitInline
+// poller commits to its wait, inline or on its channel; the returned func
+// removes it.
+func SetInlineParkHook(f func(inline bool)) (restore func()) {
+	hookMu.Lock()
+	testHookInlinePark.Store(&f)
+	return func() {
+		testHookInlinePark.Store(nil)
+		hookMu.Unlock()
+	}
+}
+
 // InjectReadEvent hands the poller of c an EPOLLIN event for fd and gen, as
 // if epoll_wait had returned it, and reports how many waiters it woke.
 func InjectReadEvent(c any, fd int, gen uint32) int {

@@ -75,9 +75,8 @@ type inlineWait struct {
 	seenSeq atomic.Uint64 // outSeq when the timer was last armed or fired
 	baton   chan struct{} // capacity 1: wakes the loop goroutine into roleLoop
 	quit    chan struct{} // closed by stop
-	step    func(uintptr) bool
-	hd      *dir // the holder's direction; owned by the holder
-	aside   bool // the holder steps aside; owned by the holder
+	step    func(uintptr) bool // holderStep, made once: a method value made per park would allocate
+	aside   bool               // the holder steps aside; owned by the holder
 }
 
 func newInlineWait(p *poller) (*inlineWait, error) {
@@ -107,6 +106,16 @@ func (iw *inlineWait) close() {
 	}
 }
 
+// testHookInlinePark, when set by a test, runs as an operation commits to
+// its wait: inline (it holds the role) or on its channel (a waiter).
+var testHookInlinePark atomic.Pointer[func(inline bool)]
+
+func inlineParkHook(inline bool) {
+	if h := testHookInlinePark.Load(); h != nil {
+		(*h)(inline)
+	}
+}
+
 // park waits for dr's wake token, as dir.park does, watching the epoll fd
 // itself when nobody else does.
 func (iw *inlineWait) park(dr *dir) (timedOut bool) {
@@ -115,6 +124,7 @@ func (iw *inlineWait) park(dr *dir) (timedOut bool) {
 		role := w & roleMask
 		if role == roleLoop || role == roleInline {
 			if iw.word.CompareAndSwap(w, w+waiterUnit) {
+				inlineParkHook(false)
 				return iw.parkChan(dr)
 			}
 			continue
@@ -126,12 +136,14 @@ func (iw *inlineWait) park(dr *dir) (timedOut bool) {
 			if iw.word.CompareAndSwap(w, (w&^roleMask|roleLoop)+waiterUnit) {
 				iw.p.st.inc(cTakeovers)
 				iw.baton <- struct{}{}
+				inlineParkHook(false)
 				return iw.parkChan(dr)
 			}
 			continue
 		}
 		if iw.word.CompareAndSwap(w, w&^roleMask|roleInline) {
 			iw.p.st.inc(cInlineWaits)
+			inlineParkHook(true)
 			if !iw.hold(dr) {
 				return false
 			}
@@ -141,6 +153,7 @@ func (iw *inlineWait) park(dr *dir) (timedOut bool) {
 				if iw.word.CompareAndSwap(w, (w&^roleMask|roleOut)+waiterUnit) {
 					iw.p.st.inc(cStepAsides)
 					iw.wentOut()
+					inlineParkHook(false)
 					return iw.parkChan(dr)
 				}
 			}
@@ -159,12 +172,10 @@ func (iw *inlineWait) parkChan(dr *dir) bool {
 // the caller steps aside, the role out, so that one of them takes it when
 // it parks again).
 func (iw *inlineWait) hold(dr *dir) (stepAside bool) {
-	iw.hd = dr
 	iw.aside = false
 	iw.holder.Store(dr)
 	err := iw.rc.Read(iw.step)
 	iw.holder.Store(nil)
-	iw.hd = nil
 	if err != nil {
 		panic("netpoll: RawConn.Read on our own epoll fd failed: " + err.Error())
 	}
@@ -178,13 +189,13 @@ func (iw *inlineWait) hold(dr *dir) (stepAside bool) {
 // holderStep is the holder's RawRead callback: poll, dispatch, and return
 // true once the holder's own token has come.
 func (iw *inlineWait) holderStep(uintptr) bool {
-	p := iw.p
+	p, dr := iw.p, iw.holder.Load()
 	for {
 		iw.polling.Store(true)
 		n, woke, _ := p.poll(0) // the stop eventfd is level-triggered: the loop sees it
 		iw.polling.Store(false)
 		select {
-		case <-iw.hd.wake:
+		case <-dr.wake:
 			return true
 		default:
 		}

@@ -26,11 +26,12 @@ func TestInlineOneHop(t *testing.T) {
 			l := listen(t, g, "tcp")
 			client, server := netClient(t, l) // a peer off the poller: its parks are not counted
 			accepted := make(chan error, 1)
-			go func() {
-				_, err := l.Accept() // parked until the listener closes
-				accepted <- err
-			}()
-			waitFor(t, "the acceptor to park", func() bool { return g.Stats().Total.ReadParks >= 1 })
+			awaitInlinePark(t, "the Accept", func() {
+				go func() {
+					_, err := l.Accept() // parked until the listener closes
+					accepted <- err
+				}()
+			})
 			before := g.Stats().Total
 			pingPongConn(t, client, server, rounds)
 			s := g.Stats().Total
@@ -82,10 +83,12 @@ func TestInlineTakeover(t *testing.T) {
 				res <- ioResult{n, err}
 			}
 			base := g.Stats().Total
-			go read(serverA, readA)
-			waitFor(t, "A's Read to wait inline", func() bool { return g.Stats().Total.InlineWaits > base.InlineWaits })
-			go read(serverB, readB)
-			waitFor(t, "B's Read to park", func() bool { return g.Stats().Total.ReadParks >= base.ReadParks+2 })
+			if !awaitInlinePark(t, "A's Read", func() { go read(serverA, readA) }) {
+				t.Fatal("A's Read waited on its channel with nobody holding the role; want it inline")
+			}
+			if awaitInlinePark(t, "B's Read", func() { go read(serverB, readB) }) {
+				t.Fatal("B's Read waited inline while A's held the role")
+			}
 			if s := g.Stats().Total; s.InlineWaits != base.InlineWaits+1 {
 				t.Fatalf("%d parks waited inline; want A's alone (B waits on its channel)", s.InlineWaits-base.InlineWaits)
 			}
@@ -131,15 +134,17 @@ func TestInlineDeadlineAndClose(t *testing.T) {
 			}
 
 			base := g.Stats().Total
-			go read()
-			waitFor(t, "the Read to wait inline", func() bool { return g.Stats().Total.InlineWaits > base.InlineWaits })
+			if !awaitInlinePark(t, "the Read", func() { go read() }) {
+				t.Fatal("the Read waited on its channel; want it inline")
+			}
 			server.SetReadDeadline(time.Now().Add(-time.Second))
 			wantOpError(t, "Read past a deadline set while waiting inline", awaitResult(t, res, expired, "Read").err, "read", os.ErrDeadlineExceeded)
 
 			server.SetReadDeadline(time.Now().Add(time.Hour))
 			base = g.Stats().Total
-			go read()
-			waitFor(t, "the Read with a deadline to park", func() bool { return g.Stats().Total.ReadParks > base.ReadParks })
+			if awaitInlinePark(t, "the Read with a deadline", func() { go read() }) {
+				t.Fatal("the Read with a deadline waited inline; want it on its channel")
+			}
 			if _, err := client.Write([]byte{7}); err != nil {
 				t.Fatal(err)
 			}
@@ -153,22 +158,35 @@ func TestInlineDeadlineAndClose(t *testing.T) {
 
 			server.SetReadDeadline(time.Time{})
 			base = g.Stats().Total
-			go read()
-			waitFor(t, "the Read to wait inline again", func() bool { return g.Stats().Total.InlineWaits > base.InlineWaits })
+			if !awaitInlinePark(t, "the Read without a deadline", func() { go read() }) {
+				t.Fatal("the Read without a deadline waited on its channel; want it inline")
+			}
 			server.Close()
 			wantOpError(t, "Read ended by Close", awaitResult(t, res, expired, "Read").err, "read", net.ErrClosed)
 		})
 	}
 }
 
-// waitFor polls cond until it holds, failing t after a minute.
-func waitFor(t *testing.T, what string, cond func() bool) {
+// awaitInlinePark runs start, which starts one operation on a WaitInline
+// poller, and returns once it commits to its wait: whether inline.
+func awaitInlinePark(t *testing.T, what string, start func()) (inline bool) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+	parked := make(chan bool, 1)
+	restore := netpoll.SetInlineParkHook(func(inline bool) {
+		select {
+		case parked <- inline:
+		default: // only the first is this operation's
 		}
-		time.Sleep(time.Millisecond)
+	})
+	defer restore()
+	done, expired := watchdog(t, time.Minute)
+	defer done()
+	start()
+	select {
+	case inline = <-parked:
+		return inline
+	case <-expired:
+		t.Fatalf("%s did not park within a minute", what)
 	}
+	return false
 }
