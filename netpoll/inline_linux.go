@@ -69,12 +69,12 @@ type inlineWait struct {
 	// polling is set while the holder polls: a token sent meanwhile is seen
 	// by the holder's check after the poll, so it needs no kick.
 	polling atomic.Bool
-	timer   *time.Timer   // roleOut's bound: gives the role to the loop
-	armed   atomic.Bool   // the timer is pending
-	outSeq  atomic.Uint64 // moves to roleOut so far
-	seenSeq atomic.Uint64 // outSeq when the timer was last armed or fired
-	baton   chan struct{} // capacity 1: wakes the loop goroutine into roleLoop
-	quit    chan struct{} // closed by stop
+	timer   *time.Timer        // roleOut's bound: gives the role to the loop
+	armed   atomic.Bool        // the timer is pending
+	outSeq  atomic.Uint64      // moves to roleOut so far
+	seenSeq atomic.Uint64      // outSeq when the timer was last armed or fired
+	baton   chan struct{}      // capacity 1: wakes the loop goroutine into roleLoop
+	quit    chan struct{}      // closed by stop
 	step    func(uintptr) bool // holderStep, made once: a method value made per park would allocate
 	aside   bool               // the holder steps aside; owned by the holder
 }
