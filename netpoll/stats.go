@@ -18,6 +18,7 @@ type PollerStats struct {
 	SpinGaveUp    uint64        // SpinAuto: spins that used up the budget and blocked
 	SpinTime      time.Duration // SpinAuto: time spent in those spins
 	SpinRefused   uint64        // SpinAuto: idle periods it would have spun through but blocked, refused by the CPU quota gate (doc.go, "Spinning")
+	SpinUnpaid    uint64        // SpinAuto: idle periods its spins' hit rate asked to spin through but blocked, the spins costing more CPU per event found than 2 blocks (doc.go, "Spinning")
 	BlockCost     time.Duration // SpinAuto: process CPU time a blocked idle period costs, the median of clean samples (Total: the largest)
 	Events        uint64        // events returned by epoll_wait
 	StaleEvents   uint64        // events for a closed fd or an old generation, dropped
@@ -104,6 +105,7 @@ const (
 	cSpinFound
 	cSpinGaveUp
 	cSpinRefused
+	cSpinUnpaid
 	cEvents
 	cStaleEvents
 	cInlineWaits
@@ -149,6 +151,7 @@ func (s *PollerStats) counters() [numCounters]*uint64 {
 		cSpinFound:      &s.SpinFound,
 		cSpinGaveUp:     &s.SpinGaveUp,
 		cSpinRefused:    &s.SpinRefused,
+		cSpinUnpaid:     &s.SpinUnpaid,
 		cEvents:         &s.Events,
 		cStaleEvents:    &s.StaleEvents,
 		cInlineWaits:    &s.InlineWaits,

@@ -181,11 +181,11 @@ func (s *Server) Close() {
 func PrintStats(w io.Writer, st netpoll.Stats) {
 	t := st.Total
 	fmt.Fprintf(w, "netpoll stats: epoll-waits=%d blocking-waits=%d wakeups=%d empty-wakeups=%d events=%d "+
-		"spin-polls=%d spin-hits=%d spin-decisions=%d spin-found=%d spin-gave-up=%d spin-time=%v spin-refused=%d "+
+		"spin-polls=%d spin-hits=%d spin-decisions=%d spin-found=%d spin-gave-up=%d spin-time=%v spin-refused=%d spin-unpaid=%d "+
 		"wake-cost=%v spin-budget=%v block-cost=%v cpu-limit=%g read-parks=%d write-parks=%d eagain=%d short-skips=%d "+
 		"sendfiles=%d sendfile-bytes=%d splices=%d splice-bytes=%d\n",
 		t.EpollWaits, t.BlockingWaits, t.Wakeups, t.EmptyWakeups, t.Events,
-		t.SpinPolls, t.SpinHits, t.SpinDecisions, t.SpinFound, t.SpinGaveUp, t.SpinTime, t.SpinRefused,
+		t.SpinPolls, t.SpinHits, t.SpinDecisions, t.SpinFound, t.SpinGaveUp, t.SpinTime, t.SpinRefused, t.SpinUnpaid,
 		st.WakeCost, st.SpinBudget, t.BlockCost, st.CPULimit, t.ReadParks, t.WriteParks, t.EAGAIN, t.ShortSkips,
 		t.Sendfiles, t.SendfileBytes, t.Splices, t.SpliceBytes)
 }
