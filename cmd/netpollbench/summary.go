@@ -75,6 +75,13 @@ func verdictBlock(t *table, vs []cellVerdict) block {
 			count[w] = append(count[w], v.cp.short())
 		}
 	}
+	// Open loop: what the default's spinning costs against not spinning.
+	var prices []string
+	for _, v := range vs {
+		if v.spin != nil {
+			prices = append(prices, fmt.Sprintf("%g req/s %s", v.cp.rate, v.spin))
+		}
+	}
 	// The one line: where the default wins, is level, loses against net.
 	var parts []string
 	for _, w := range []string{verdictWins, verdictLevel, verdictLoses, verdictUnresolved} {
@@ -84,6 +91,10 @@ func verdictBlock(t *table, vs []cellVerdict) block {
 	}
 	if len(parts) > 0 {
 		b.notes = append(b.notes, "Against package net, the default "+strings.Join(parts, ", ")+".")
+	}
+	if len(prices) > 0 {
+		b.notes = append(b.notes, "Its spinning in the open loop, against "+spinNever+" (never spins): "+strings.Join(prices, "; ")+".")
+		b.foot = append(b.foot, "Spinning: "+spinRule+".")
 	}
 	if iv := judgeIdle(t.idle); iv != nil {
 		peer := "no peer"
@@ -96,10 +107,10 @@ func verdictBlock(t *table, vs []cellVerdict) block {
 	if len(t.herd) > 0 {
 		b.rows = append(b.rows, []string{"herd", "—", "", "not judged", "the kernel's epoll modes, not the default"})
 	}
-	b.foot = []string{"Ratios: the default's figure over the other's, paired within rounds (every configuration measured once per round, " +
-		"in a random order): geometric mean and 95% interval (t-interval of the mean log ratio over rounds). wins/loses: the interval " +
-		"excludes 1.0 on that side; level: it lies within [0.95, 1.05]; unresolved: neither. For a time, CPU or memory a ratio " +
-		"under 1 is better. Idle memory is one sample per configuration: its word is from the ratio alone."}
+	b.foot = append(b.foot, "Ratios: the default's figure over the other's, paired within rounds (every configuration measured once per round, "+
+		"in a random order): geometric mean and 95% interval (t-interval of the mean log ratio over rounds). wins/loses: the interval "+
+		"excludes 1.0 on that side; level: it lies within [0.95, 1.05]; unresolved: neither. For a time, CPU or memory a ratio "+
+		"under 1 is better. Idle memory is one sample per configuration: its word is from the ratio alone.")
 	return b
 }
 
@@ -164,6 +175,9 @@ func detailBlock(id string, v cellVerdict) block {
 		if def := v.row(defaultCfg); def != nil && def.vsPeer != nil {
 			b.foot = append(b.foot, fmt.Sprintf("Best peer on %s: %s; the default against it: %s.", m.name, v.peer, compact(def.vsPeer, m)))
 		}
+	}
+	if v.spin != nil {
+		b.foot = append(b.foot, fmt.Sprintf("Spinning: %s against %s, %s.", defaultCfg, spinNever, v.spin))
 	}
 	legend := "load: the load generator's CPU (1 CPU = 100%). "
 	if cp.quota > 0 {

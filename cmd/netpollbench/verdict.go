@@ -41,7 +41,8 @@ type cellVerdict struct {
 	why        string  // why this measure
 	clientUtil float64 // the load generator's CPU, in CPUs: median over the cell's measurements; NaN if unknown
 	rows       []cfgRow
-	peer       string // the best peer on the measure; "" without one
+	peer       string     // the best peer on the measure; "" without one
+	spin       *spinPrice // open loop: the default's spinning against spinNever; nil otherwise
 }
 
 // cfgRow is one configuration of a cell.
@@ -95,6 +96,9 @@ func judgeCell(t *table, cp *cellPlan, ncpu int) cellVerdict {
 		v.rows = append(v.rows, row)
 	}
 	v.clientUtil = med(clients)
+	if cp.rate > 0 {
+		v.spin = newSpinPrice(series)
+	}
 	switch {
 	case cp.quota > 0:
 		v.measure, v.why = byThrottling, "under a quota the time the kernel throttled the server decides: "+
