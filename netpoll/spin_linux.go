@@ -370,6 +370,7 @@ type autoSpin struct {
 	sc        time.Duration        // the CPU a spin costs: its time, hit or miss, a long average (spinCost)
 	sh        int64                // the hit rate of spins, in 1/spinHitOne, averaged as sc is
 	probing   bool                 // the current spin is a probe
+	unpaid    bool                 // spins stopped paying (pays) and have not come back under 3/4 of the cap
 	cap       time.Duration        // spinCap at the latest event
 	probe     uint32               // idle moments decided while not spinning
 	phase     spinPhase
@@ -522,8 +523,21 @@ func (a *autoSpin) wantSpin(now time.Duration, st *pollerCounters) bool {
 // closed loop's spins cost 1.0C per event found and cut its CPU per
 // request; a 10k req/s open loop's, whose gaps straddle B, cost 3.3 to 4.4C
 // and added a quarter to its CPU per request for no lower median latency.
+//
+// Once spins stop paying they must come under 3/4 of the cap (1.5C) to
+// pay again: the probes that feed sc and sh while the poller blocks weigh
+// more than spins (spinCost), so their averages swing, and a 10k req/s
+// open loop whose spins cost 3 to 4C per event went back to spinning on
+// a few lucky probes and spun through one idle period in six, each return
+// lasting the dozens of spins it takes the averages to come back.
 func (a *autoSpin) pays() bool {
-	return int64(a.sc)*spinHitOne <= int64(a.cap)*a.sh
+	cost, paid := int64(a.sc)*spinHitOne, int64(a.cap)*a.sh
+	if a.unpaid {
+		a.unpaid = 4*cost > 3*paid
+	} else {
+		a.unpaid = cost > paid
+	}
+	return !a.unpaid
 }
 
 // spinCost adds a spin of d that found its event (hit) or gave up to sc and
