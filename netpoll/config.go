@@ -239,7 +239,7 @@ func (c Config) validate() error {
 		return &ConfigError{"spin", c.Spin.String(), "SpinAuto sets the budget itself: leave Spin 0"}
 	}
 	if c.Wait == WaitInline && c.Spin != 0 {
-		return &ConfigError{"spin", c.spinString(), "wait=inline does not spin: its parked operation waits in the runtime's netpoller (leave Spin 0)"}
+		return &ConfigError{"spin", c.spinString(), "wait=inline spins only by SpinAuto, which sets its budget itself: its parked operation waits in the runtime's netpoller (leave Spin 0)"}
 	}
 	if c.Sharing == Exclusive && (c.Wait == WaitNested || c.Wait == WaitInline) {
 		// Measured: with 32 nested pollers every poller woke for each
@@ -261,8 +261,9 @@ func (c Config) autoSpin() bool {
 	// the context switches of the block it would save (measured with 8
 	// Exclusive pollers: 20 context switches per accept with spinning, 4
 	// without; BenchmarkAcceptStream). SpinAuto's answer there is never
-	// to spin (doc.go, "Spinning").
-	return auto && c.wait() != WaitBlock && c.wait() != WaitInline
+	// to spin (doc.go, "Spinning"). Under WaitInline the operation waiting
+	// on the epoll fd spins (inlineWait.holderStep).
+	return auto && c.wait() != WaitBlock
 }
 
 // shortRead reports whether connections skip after short transfers.

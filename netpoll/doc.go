@@ -243,7 +243,7 @@
 // loop_linux.go says what each costs; testdata/core/ in the repository
 // holds the measurements behind the default.
 //
-// WaitInline (opt-in, not spinning) is WaitNested where the operation about
+// WaitInline (opt-in) is WaitNested where the operation about
 // to park, when no other watches the epoll fd, waits on it itself: the
 // runtime readies it directly, one goroutine hop per wakeup where nested
 // takes two (TestInlineOneHop counts it). An operation that leaves with its
@@ -259,7 +259,10 @@
 // goroutine. inline_linux.go has the rules; measured (echo, 1 connection,
 // testdata/issue21/inline/) it saves most of the nested poller's cost
 // unpinned (GOMAXPROCS=2), and costs an epoll_wait per park more pinned
-// to one CPU, which is why it is not the default.
+// to one CPU, which is why it is not the default. Under SpinAuto the
+// operation waiting on the epoll fd spins as the nested loop would, by
+// the same policy, and gives its spinning slot back whenever it leaves
+// the role; a fixed Spin budget is refused with it.
 //
 // # Errors
 //

@@ -134,3 +134,6 @@ func Sticky(c any) uint32 { return descOf(c).sticky.Load() }
 
 // StickyRaw is the bit Sticky reports for a fd handed to user code.
 const StickyRaw = stickyRaw
+
+// Spinners is the number of SpinAuto spinning slots taken, process-wide.
+func Spinners() int32 { return spinners.Load() }

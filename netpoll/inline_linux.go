@@ -2,6 +2,7 @@ package netpoll
 
 import (
 	"os"
+	"runtime"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -88,6 +89,14 @@ type inlineWait struct {
 	quit    chan struct{}      // closed by stop
 	step    func(uintptr) bool // holderStep, made once: a method value made per park would allocate
 	aside   bool               // the holder steps aside; owned by the holder
+	spun    bool               // the holder's last poll was a spin poll; owned by the holder
+	parked  bool               // the holder's step returned false: its next call is a wakeup
+	// auto is the poller's SpinAuto policy (nil without it), touched only
+	// by the holder: the role word's CAS orders one holder's use before the
+	// next's, and the loop goroutine never spins. A holder gives up its
+	// spinning slot as it leaves (leaveRole), so that a slot is never held
+	// while nobody holds the role.
+	auto *autoSpin
 }
 
 func newInlineWait(p *poller) (*inlineWait, error) {
@@ -184,12 +193,15 @@ func (iw *inlineWait) parkChan(dr *dir) bool {
 // the caller steps aside, the role out, so that one of them takes it when
 // it parks again).
 func (iw *inlineWait) hold(dr *dir) (stepAside bool) {
-	iw.aside = false
+	iw.aside, iw.spun, iw.parked = false, false, false
 	iw.holder.Store(dr)
 	err := iw.rc.Read(iw.step)
 	iw.holder.Store(nil)
 	if err != nil {
 		panic("netpoll: RawConn.Read on our own epoll fd failed: " + err.Error())
+	}
+	if iw.auto != nil {
+		iw.auto.leaveRole()
 	}
 	if iw.aside {
 		return true
@@ -199,26 +211,59 @@ func (iw *inlineWait) hold(dr *dir) (stepAside bool) {
 }
 
 // holderStep is the holder's RawRead callback: poll, dispatch, and return
-// true once the holder's own token has come.
+// true once the holder's own token has come. With SpinAuto the holder
+// spins as the nested loop does, polling with its P yielded in between,
+// for as long as the policy says; the poll on entry is the poll after
+// events the policy expects at an idle moment, since the previous holder
+// left with its event.
 func (iw *inlineWait) holderStep(uintptr) bool {
-	p, dr := iw.p, iw.holder.Load()
+	p, dr, a := iw.p, iw.holder.Load(), iw.auto
+	first := iw.parked
+	iw.parked = false
 	for {
 		iw.polling.Store(true)
 		n, woke, _ := p.poll(0) // the stop eventfd is level-triggered: the loop sees it
 		iw.polling.Store(false)
+		if iw.spun && n > 0 {
+			p.st.inc(cSpinHits)
+		}
+		iw.spun = false
+		if first {
+			p.st.inc(cWakeups)
+			if woke == 0 {
+				p.st.inc(cEmptyWakeups)
+			}
+			first = false
+		}
+		done := false
 		select {
 		case <-dr.wake:
-			return true
+			done = true
 		default:
+			if woke > 0 {
+				iw.aside, done = true, true
+			}
 		}
-		if woke > 0 {
-			iw.aside = true
+		if done {
+			if a != nil && n > 0 {
+				// The events end an idle period: the policy learns from
+				// them. Its "poll again" is the next holder's entry poll.
+				a.next(p.freshEvents(n, woke), monoNow(), &p.st)
+			}
 			return true
 		}
-		if n < len(p.events) {
-			p.st.inc(cBlockingWaits)
-			return false
+		if n == len(p.events) {
+			continue // more may be pending
 		}
+		if a != nil && a.next(p.freshEvents(n, woke), monoNow(), &p.st) {
+			p.st.inc(cSpinPolls)
+			runtime.Gosched()
+			iw.spun = true
+			continue
+		}
+		p.st.inc(cBlockingWaits)
+		iw.parked = true
+		return false
 	}
 }
 
@@ -317,19 +362,29 @@ func (iw *inlineWait) kickIfHolder(dr *dir) {
 func (p *poller) runInline(f *os.File) {
 	defer f.Close()
 	iw := p.inline
-	stopped := false
+	stopped, parked := false, false
 	step := func(uintptr) bool {
+		first := parked
+		parked = false
 		for {
 			n, woke, stop := p.poll(0)
 			if stop {
 				stopped = true
 				return true
 			}
+			if first {
+				p.st.inc(cWakeups)
+				if woke == 0 {
+					p.st.inc(cEmptyWakeups)
+				}
+				first = false
+			}
 			if woke > 0 {
 				return true
 			}
 			if n < len(p.events) {
 				p.st.inc(cBlockingWaits)
+				parked = true
 				return false
 			}
 		}

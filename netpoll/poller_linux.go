@@ -105,6 +105,7 @@ func newPoller(id int, cfg Config) (_ *poller, err error) {
 		if p.inline, err = newInlineWait(p); err != nil {
 			return nil, err
 		}
+		p.inline.auto = p.auto
 	}
 	return p, nil
 }
@@ -146,7 +147,7 @@ func (p *poller) start() error {
 	}
 	go func() {
 		defer close(p.stopped)
-		if p.auto != nil {
+		if p.auto != nil && p.inline == nil { // WaitInline's holders release as they leave
 			defer p.auto.release()
 		}
 		switch p.strategy {

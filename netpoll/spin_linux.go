@@ -377,6 +377,7 @@ type autoSpin struct {
 	idleStart time.Duration // when the current idle period began (monoNow)
 	spinUntil time.Duration // end of the current spin (phaseSpin)
 	slot      bool          // holds a spinners slot
+	wantSlot  bool          // gave its slot up at leaveRole, to take one again at the idle moment
 }
 
 func newAutoSpin(wake func() time.Duration) *autoSpin {
@@ -451,6 +452,10 @@ func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 	}
 	switch a.phase {
 	case phaseBusy:
+		if a.wantSlot && !a.sample {
+			a.slot = acquireSpinner()
+		}
+		a.wantSlot = false
 		if a.sample || !a.slot {
 			a.blocks, a.sample = 0, false
 			a.block(now)
@@ -639,6 +644,17 @@ func (a *autoSpin) release() {
 		a.slot = false
 	}
 	a.endTiming() // the poller stops: block calls it with no period timed
+}
+
+// leaveRole is release for a WaitInline holder that leaves the role with
+// the policy mid-period: its slot, if held, is given back and taken again
+// at the next holder's idle moment (phaseBusy), since nobody may watch the
+// epoll fd in between, or for good.
+func (a *autoSpin) leaveRole() {
+	if a.slot {
+		a.wantSlot = true
+	}
+	a.release()
 }
 
 // endTiming ends the timing of a blocked idle period, if one is timed.
