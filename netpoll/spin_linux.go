@@ -82,7 +82,7 @@ import (
 //     first, halved the spins of an unpinned closed loop whose spins hit
 //     86% of the time: it fell out of spinning on a run of misses and
 //     waited for probes to come back.)
-//   - Spins must pay (pays): the poller keeps sc, the time of its spins,
+//   - Spins must pay (updatePays): the poller keeps sc, the time of its spins,
 //     hits and misses alike, and sh, the share of them that found an
 //     event, both averaged over about autoSpinCostWeight spins, and spins
 //     through every idle period only while sc/sh, the spinning paid per
@@ -370,7 +370,7 @@ type autoSpin struct {
 	sc        time.Duration        // the CPU a spin costs: its time, hit or miss, a long average (spinCost)
 	sh        int64                // the hit rate of spins, in 1/spinHitOne, averaged as sc is
 	probing   bool                 // the current spin is a probe
-	unpaid    bool                 // spins stopped paying (pays) and have not come back under 3/4 of the cap
+	unpaid    bool                 // spins stopped paying (updatePays) and have not come back under 3/4 of the cap
 	cap       time.Duration        // spinCap at the latest event
 	probe     uint32               // idle moments decided while not spinning
 	phase     spinPhase
@@ -500,7 +500,7 @@ func (a *autoSpin) wantSpin(now time.Duration, st *pollerCounters) bool {
 		a.spinning = false
 	}
 	spin := a.spinning && a.ps >= autoSpinOne/4
-	if spin && !a.pays() {
+	if spin && !a.updatePays() {
 		st.inc(cSpinUnpaid)
 		spin = false
 	}
@@ -521,8 +521,9 @@ func (a *autoSpin) wantSpin(now time.Duration, st *pollerCounters) bool {
 	return spin
 }
 
-// pays reports whether the spins pay for themselves: their CPU per event
-// they find, sc over ps, is at most the cap on one spin (2C). A spin that
+// updatePays reports whether the spins pay for themselves, and updates the
+// hysteresis it keeps (unpaid): their CPU per event they find, sc over sh,
+// is at most the cap on one spin (2C). A spin that
 // finds its event saves one blocked idle period, C; the misses' spinning is
 // charged to the hits. Measured, one connection and the server pinned: a
 // closed loop's spins cost 1.0C per event found and cut its CPU per
@@ -535,7 +536,7 @@ func (a *autoSpin) wantSpin(now time.Duration, st *pollerCounters) bool {
 // open loop whose spins cost 3 to 4C per event went back to spinning on
 // a few lucky probes and spun through one idle period in six, each return
 // lasting the dozens of spins it takes the averages to come back.
-func (a *autoSpin) pays() bool {
+func (a *autoSpin) updatePays() bool {
 	cost, paid := int64(a.sc)*spinHitOne, int64(a.cap)*a.sh
 	if a.unpaid {
 		a.unpaid = 4*cost > 3*paid

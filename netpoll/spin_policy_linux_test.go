@@ -423,7 +423,7 @@ func TestAutoSpinWhenSpinningDelaysThePeer(t *testing.T) {
 // than B, and some early, behind a late one, inside it. Spins find the
 // early ones often enough for the hit rates (p, ps) to ask for spinning,
 // but each event found costs more spinning than 2C (spinCap): here
-// (0.6·20 + 0.4·30)/0.6 = 40µs against 30. Without the cost rule (pays)
+// (0.6·20 + 0.4·30)/0.6 = 40µs against 30. Without the cost rule (updatePays)
 // the poller spun through 16,000 of these 20,000 idle periods (measured on
 // that guest: 1.2x the CPU per request of never spinning, for no lower
 // median latency). With it, it spins while it learns the cost, then on
