@@ -215,6 +215,14 @@ func runDescModel(m descMachine, script string, timeout time.Duration) (err erro
 		defer func() {
 			if err == nil {
 				md.d.p.stop() // a failed run may have left its operation inside the poller
+				return
+			}
+			// The poller is left running, but its SpinAuto share of the
+			// wakeup measurement is given back: while any is held, a
+			// goroutine measures W each second through two pipes, and
+			// later tests counting their fds (TestSoak) would see them.
+			if md.d.p.auto != nil {
+				releaseWake()
 			}
 		}()
 	}

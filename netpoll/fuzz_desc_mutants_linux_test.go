@@ -17,6 +17,20 @@ import (
 // a bug.
 func TestDescModelCatchesBrokenMachines(t *testing.T) {
 	seeds := descSeeds(t)
+	// A mutant's failed run leaves its inline poller running; it must
+	// still give back its share of SpinAuto's wakeup measurement, whose
+	// refresher would otherwise open pipes each second for the rest of
+	// the process (TestSoak counted them as leaked fds).
+	wake.mu.Lock()
+	users := wake.users
+	wake.mu.Unlock()
+	defer func() {
+		wake.mu.Lock()
+		defer wake.mu.Unlock()
+		if wake.users != users {
+			t.Errorf("%d SpinAuto users of the wakeup measurement after the mutants ran, %d before", wake.users, users)
+		}
+	}()
 	// closeWaking is desc.close with wake in place of its nudges.
 	closeWaking := func(d *desc, wake func(*dir)) error {
 		for {
