@@ -134,69 +134,64 @@ type ioResult struct {
 // (or EPIPE for the write) in a *net.OpError; what was read before the
 // reset is kept; later calls fail at once without SIGPIPE.
 func TestFaultPeerReset(t *testing.T) {
-	for _, mode := range modes {
-		for _, wait := range nestedWaits {
-			t.Run("mode="+mode.String()+"/wait="+wait.String(), func(t *testing.T) {
-				g := newGroup(t, netpoll.Config{Mode: mode, Wait: wait})
-				l := listen(t, g, "tcp")
-				by := newBystander(t, g, l)
-				done, expired := watchdog(t, time.Minute)
-				defer done()
+	eachNestedWait(t, func(t *testing.T, g *netpoll.Group) {
+		l := listen(t, g, "tcp")
+		by := newBystander(t, g, l)
+		done, expired := watchdog(t, time.Minute)
+		defer done()
 
-				t.Run("mid-read", func(t *testing.T) {
-					peer, c := pipe(t, g, l)
-					if _, err := peer.Write(make([]byte, 100)); err != nil {
-						t.Fatal(err)
-					}
-					res := make(chan ioResult, 1)
-					go func() {
-						n, err := io.ReadFull(c, make([]byte, 200)) // the first half is there; parks for the rest
-						res <- ioResult{n, err}
-					}()
-					if !netpoll.AwaitReadState(c, "waiting", expired) {
-						t.Fatal("Read never parked")
-					}
-					resetByPeer(t, peer)
-					r := awaitResult(t, res, expired, "Read after the peer's reset")
-					if r.n != 100 {
-						t.Errorf("read %d bytes before the reset, want the 100 sent", r.n)
-					}
-					wantOpError(t, "Read", r.err, "read", syscall.ECONNRESET)
-					if _, err := c.Read(make([]byte, 1)); err == nil {
-						t.Error("Read after the reset succeeded")
-					}
-					_, err := c.Write([]byte("x"))
-					wantOpError(t, "Write after the reset", err, "write", syscall.EPIPE, syscall.ECONNRESET)
-					if err := c.Close(); err != nil {
-						t.Errorf("Close: %v", err)
-					}
-					by.check(t, "after a reset mid-read")
-				})
+		t.Run("mid-read", func(t *testing.T) {
+			peer, c := pipe(t, g, l)
+			if _, err := peer.Write(make([]byte, 100)); err != nil {
+				t.Fatal(err)
+			}
+			res := make(chan ioResult, 1)
+			go func() {
+				n, err := io.ReadFull(c, make([]byte, 200)) // the first half is there; parks for the rest
+				res <- ioResult{n, err}
+			}()
+			if !netpoll.AwaitReadState(c, "waiting", expired) {
+				t.Fatal("Read never parked")
+			}
+			resetByPeer(t, peer)
+			r := awaitResult(t, res, expired, "Read after the peer's reset")
+			if r.n != 100 {
+				t.Errorf("read %d bytes before the reset, want the 100 sent", r.n)
+			}
+			wantOpError(t, "Read", r.err, "read", syscall.ECONNRESET)
+			if _, err := c.Read(make([]byte, 1)); err == nil {
+				t.Error("Read after the reset succeeded")
+			}
+			_, err := c.Write([]byte("x"))
+			wantOpError(t, "Write after the reset", err, "write", syscall.EPIPE, syscall.ECONNRESET)
+			if err := c.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+			by.check(t, "after a reset mid-read")
+		})
 
-				t.Run("mid-write", func(t *testing.T) {
-					peer, c := pipe(t, g, l)
-					const size = 64 << 20
-					res := make(chan ioResult, 1)
-					go func() {
-						n, err := c.Write(make([]byte, size)) // the peer never reads: parks once the buffers fill
-						res <- ioResult{n, err}
-					}()
-					if !netpoll.AwaitWriteState(c, "waiting", expired) {
-						t.Fatal("Write never parked")
-					}
-					resetByPeer(t, peer)
-					r := awaitResult(t, res, expired, "Write after the peer's reset")
-					if r.n <= 0 || r.n >= size {
-						t.Errorf("Write wrote %d of %d bytes before the reset, want some but not all", r.n, size)
-					}
-					wantOpError(t, "Write", r.err, "write", syscall.ECONNRESET, syscall.EPIPE)
-					_, err := c.Write([]byte("x"))
-					wantOpError(t, "Write after the reset", err, "write", syscall.EPIPE, syscall.ECONNRESET)
-					by.check(t, "after a reset mid-write")
-				})
-			})
-		}
-	}
+		t.Run("mid-write", func(t *testing.T) {
+			peer, c := pipe(t, g, l)
+			const size = 64 << 20
+			res := make(chan ioResult, 1)
+			go func() {
+				n, err := c.Write(make([]byte, size)) // the peer never reads: parks once the buffers fill
+				res <- ioResult{n, err}
+			}()
+			if !netpoll.AwaitWriteState(c, "waiting", expired) {
+				t.Fatal("Write never parked")
+			}
+			resetByPeer(t, peer)
+			r := awaitResult(t, res, expired, "Write after the peer's reset")
+			if r.n <= 0 || r.n >= size {
+				t.Errorf("Write wrote %d of %d bytes before the reset, want some but not all", r.n, size)
+			}
+			wantOpError(t, "Write", r.err, "write", syscall.ECONNRESET, syscall.EPIPE)
+			_, err := c.Write([]byte("x"))
+			wantOpError(t, "Write after the reset", err, "write", syscall.EPIPE, syscall.ECONNRESET)
+			by.check(t, "after a reset mid-write")
+		})
+	})
 }
 
 // resetByPeer closes c with SO_LINGER 0, so the kernel sends RST.
@@ -216,77 +211,72 @@ func resetByPeer(t *testing.T, c net.Conn) {
 // other end sends. CloseRead makes a parked Read return io.EOF too.
 func TestFaultHalfClose(t *testing.T) {
 	type closeWriter interface{ CloseWrite() error }
-	for _, mode := range modes {
-		for _, wait := range nestedWaits {
-			t.Run("mode="+mode.String()+"/wait="+wait.String(), func(t *testing.T) {
-				g := newGroup(t, netpoll.Config{Mode: mode, Wait: wait})
-				l := listen(t, g, "tcp")
-				by := newBystander(t, g, l)
-				done, expired := watchdog(t, time.Minute)
-				defer done()
+	eachNestedWait(t, func(t *testing.T, g *netpoll.Group) {
+		l := listen(t, g, "tcp")
+		by := newBystander(t, g, l)
+		done, expired := watchdog(t, time.Minute)
+		defer done()
 
-				for _, closer := range []string{"client", "server"} {
-					t.Run("closewrite="+closer, func(t *testing.T) {
-						shut, other := pipe(t, g, l)
-						if closer == "server" {
-							shut, other = other, shut
-						}
-						res := make(chan ioResult, 1)
-						go func() { n, err := other.Read(make([]byte, 8)); res <- ioResult{n, err} }()
-						if !netpoll.AwaitReadState(other, "waiting", expired) {
-							t.Fatal("Read never parked")
-						}
-						if err := shut.(closeWriter).CloseWrite(); err != nil {
-							t.Fatalf("CloseWrite: %v", err)
-						}
-						if r := awaitResult(t, res, expired, "Read after the peer's CloseWrite"); r.n != 0 || r.err != io.EOF {
-							t.Fatalf("parked Read after the peer's CloseWrite = %d, %v; want 0, bare io.EOF", r.n, r.err)
-						}
-						if n, err := other.Read(make([]byte, 8)); n != 0 || err != io.EOF {
-							t.Errorf("Read again = %d, %v; want 0, io.EOF", n, err)
-						}
-						_, err := shut.Write([]byte("x"))
-						wantOpError(t, "Write after CloseWrite", err, "write", syscall.EPIPE)
-
-						// The other direction still works, with a parked reader.
-						go func() { n, err := io.ReadFull(shut, make([]byte, 5)); res <- ioResult{n, err} }()
-						if !netpoll.AwaitReadState(shut, "waiting", expired) {
-							t.Fatal("Read on the shut side never parked")
-						}
-						if _, err := other.Write([]byte("reply")); err != nil {
-							t.Fatalf("writing back: %v", err)
-						}
-						if r := awaitResult(t, res, expired, "Read of the reply"); r.err != nil {
-							t.Fatalf("reading the reply on the side that shut its writing: %v", r.err)
-						}
-						if err := other.Close(); err != nil {
-							t.Fatal(err)
-						}
-						if n, err := shut.Read(make([]byte, 8)); n != 0 || err != io.EOF {
-							t.Errorf("Read after the peer closed = %d, %v; want 0, io.EOF", n, err)
-						}
-						by.check(t, "after a half-close by the "+closer)
-					})
+		for _, closer := range []string{"client", "server"} {
+			t.Run("closewrite="+closer, func(t *testing.T) {
+				shut, other := pipe(t, g, l)
+				if closer == "server" {
+					shut, other = other, shut
 				}
+				res := make(chan ioResult, 1)
+				go func() { n, err := other.Read(make([]byte, 8)); res <- ioResult{n, err} }()
+				if !netpoll.AwaitReadState(other, "waiting", expired) {
+					t.Fatal("Read never parked")
+				}
+				if err := shut.(closeWriter).CloseWrite(); err != nil {
+					t.Fatalf("CloseWrite: %v", err)
+				}
+				if r := awaitResult(t, res, expired, "Read after the peer's CloseWrite"); r.n != 0 || r.err != io.EOF {
+					t.Fatalf("parked Read after the peer's CloseWrite = %d, %v; want 0, bare io.EOF", r.n, r.err)
+				}
+				if n, err := other.Read(make([]byte, 8)); n != 0 || err != io.EOF {
+					t.Errorf("Read again = %d, %v; want 0, io.EOF", n, err)
+				}
+				_, err := shut.Write([]byte("x"))
+				wantOpError(t, "Write after CloseWrite", err, "write", syscall.EPIPE)
 
-				t.Run("closeread", func(t *testing.T) {
-					c, _ := pipe(t, g, l)
-					res := make(chan ioResult, 1)
-					go func() { n, err := c.Read(make([]byte, 8)); res <- ioResult{n, err} }()
-					if !netpoll.AwaitReadState(c, "waiting", expired) {
-						t.Fatal("Read never parked")
-					}
-					if err := c.(*netpoll.Conn).CloseRead(); err != nil {
-						t.Fatalf("CloseRead: %v", err)
-					}
-					if r := awaitResult(t, res, expired, "Read after CloseRead"); r.n != 0 || r.err != io.EOF {
-						t.Fatalf("parked Read after CloseRead = %d, %v; want 0, io.EOF", r.n, r.err)
-					}
-					by.check(t, "after CloseRead")
-				})
+				// The other direction still works, with a parked reader.
+				go func() { n, err := io.ReadFull(shut, make([]byte, 5)); res <- ioResult{n, err} }()
+				if !netpoll.AwaitReadState(shut, "waiting", expired) {
+					t.Fatal("Read on the shut side never parked")
+				}
+				if _, err := other.Write([]byte("reply")); err != nil {
+					t.Fatalf("writing back: %v", err)
+				}
+				if r := awaitResult(t, res, expired, "Read of the reply"); r.err != nil {
+					t.Fatalf("reading the reply on the side that shut its writing: %v", r.err)
+				}
+				if err := other.Close(); err != nil {
+					t.Fatal(err)
+				}
+				if n, err := shut.Read(make([]byte, 8)); n != 0 || err != io.EOF {
+					t.Errorf("Read after the peer closed = %d, %v; want 0, io.EOF", n, err)
+				}
+				by.check(t, "after a half-close by the "+closer)
 			})
 		}
-	}
+
+		t.Run("closeread", func(t *testing.T) {
+			c, _ := pipe(t, g, l)
+			res := make(chan ioResult, 1)
+			go func() { n, err := c.Read(make([]byte, 8)); res <- ioResult{n, err} }()
+			if !netpoll.AwaitReadState(c, "waiting", expired) {
+				t.Fatal("Read never parked")
+			}
+			if err := c.(*netpoll.Conn).CloseRead(); err != nil {
+				t.Fatalf("CloseRead: %v", err)
+			}
+			if r := awaitResult(t, res, expired, "Read after CloseRead"); r.n != 0 || r.err != io.EOF {
+				t.Fatalf("parked Read after CloseRead = %d, %v; want 0, io.EOF", r.n, r.err)
+			}
+			by.check(t, "after CloseRead")
+		})
+	})
 }
 
 // TestFaultCloseWhileBlocked closes, from another goroutine, a conn with a
@@ -388,64 +378,59 @@ func TestFaultDialRefused(t *testing.T) {
 // net.ErrClosed; its accepted connections are still served; and a new
 // listener can take the path meanwhile.
 func TestFaultUnixPathRemoved(t *testing.T) {
-	for _, mode := range modes {
-		for _, wait := range nestedWaits {
-			t.Run("mode="+mode.String()+"/wait="+wait.String(), func(t *testing.T) {
-				g := newGroup(t, netpoll.Config{Mode: mode, Wait: wait})
-				path := filepath.Join(t.TempDir(), "s")
-				l, err := g.Listen(context.Background(), "unix", path)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer l.Close()
-				by := newBystander(t, g, l)
-				done, expired := watchdog(t, time.Minute)
-				defer done()
-				acceptRes := make(chan error, 1)
-				go func() {
-					c, err := l.Accept()
-					if c != nil {
-						c.Close()
-					}
-					acceptRes <- err
-				}()
-				if !netpoll.AwaitReadState(l, "waiting", expired) {
-					t.Fatal("Accept never parked")
-				}
-				if err := os.Remove(path); err != nil {
-					t.Fatal(err)
-				}
-				_, err = g.Dial(context.Background(), "unix", path)
-				wantOpError(t, "Dial to the removed path", err, "dial", syscall.ENOENT)
-				by.check(t, "after the path was removed")
-
-				// A new listener takes the path and serves it.
-				l2, err := g.Listen(context.Background(), "unix", path)
-				if err != nil {
-					t.Fatalf("Listen on the freed path: %v", err)
-				}
-				defer l2.Close()
-				c2, s2 := pipe(t, g, l2)
-				if _, err := c2.Write([]byte("new")); err != nil {
-					t.Fatal(err)
-				}
-				b := make([]byte, 3)
-				if _, err := io.ReadFull(s2, b); err != nil || string(b) != "new" {
-					t.Fatalf("through the new listener: %q, %v", b, err)
-				}
-				select {
-				case err := <-acceptRes:
-					t.Fatalf("the old listener's Accept returned %v", err)
-				default:
-				}
-				if err := l.Close(); err != nil {
-					t.Errorf("Close of the listener whose path was removed: %v", err)
-				}
-				wantOpError(t, "Accept after Close", awaitResult(t, acceptRes, expired, "Accept after Close"), "accept", net.ErrClosed)
-				by.check(t, "after the old listener closed")
-			})
+	eachNestedWait(t, func(t *testing.T, g *netpoll.Group) {
+		path := filepath.Join(t.TempDir(), "s")
+		l, err := g.Listen(context.Background(), "unix", path)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		defer l.Close()
+		by := newBystander(t, g, l)
+		done, expired := watchdog(t, time.Minute)
+		defer done()
+		acceptRes := make(chan error, 1)
+		go func() {
+			c, err := l.Accept()
+			if c != nil {
+				c.Close()
+			}
+			acceptRes <- err
+		}()
+		if !netpoll.AwaitReadState(l, "waiting", expired) {
+			t.Fatal("Accept never parked")
+		}
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+		_, err = g.Dial(context.Background(), "unix", path)
+		wantOpError(t, "Dial to the removed path", err, "dial", syscall.ENOENT)
+		by.check(t, "after the path was removed")
+
+		// A new listener takes the path and serves it.
+		l2, err := g.Listen(context.Background(), "unix", path)
+		if err != nil {
+			t.Fatalf("Listen on the freed path: %v", err)
+		}
+		defer l2.Close()
+		c2, s2 := pipe(t, g, l2)
+		if _, err := c2.Write([]byte("new")); err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, 3)
+		if _, err := io.ReadFull(s2, b); err != nil || string(b) != "new" {
+			t.Fatalf("through the new listener: %q, %v", b, err)
+		}
+		select {
+		case err := <-acceptRes:
+			t.Fatalf("the old listener's Accept returned %v", err)
+		default:
+		}
+		if err := l.Close(); err != nil {
+			t.Errorf("Close of the listener whose path was removed: %v", err)
+		}
+		wantOpError(t, "Accept after Close", awaitResult(t, acceptRes, expired, "Accept after Close"), "accept", net.ErrClosed)
+		by.check(t, "after the old listener closed")
+	})
 }
 
 // TestRearmAfterCloseFDReuse dials a closed port thousands of times in the

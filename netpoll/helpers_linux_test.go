@@ -152,3 +152,15 @@ func await(stop <-chan struct{}, cond func() bool) bool {
 	}
 	return true
 }
+
+// eachNestedWait runs f in a subtest, on a group of its own, for every
+// Mode with each of nestedWaits.
+func eachNestedWait(t *testing.T, f func(t *testing.T, g *netpoll.Group)) {
+	for _, mode := range modes {
+		for _, wait := range nestedWaits {
+			t.Run("mode="+mode.String()+"/wait="+wait.String(), func(t *testing.T) {
+				f(t, newGroup(t, netpoll.Config{Mode: mode, Wait: wait}))
+			})
+		}
+	}
+}
