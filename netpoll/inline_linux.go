@@ -215,7 +215,9 @@ func (iw *inlineWait) hold(dr *dir) (stepAside bool) {
 // spins as the nested loop does, polling with its P yielded in between,
 // for as long as the policy says; the poll on entry is the poll after
 // events the policy expects at an idle moment, since the previous holder
-// left with its event.
+// left with its event. It asks iw.auto itself, not poller.chooseSpin:
+// closeFDs clears p.auto once the loop goroutine has stopped, and a holder
+// woken by Group.Close may still be finishing its step then.
 func (iw *inlineWait) holderStep(uintptr) bool {
 	p, dr, a := iw.p, iw.holder.Load(), iw.auto
 	first := iw.parked
@@ -229,10 +231,7 @@ func (iw *inlineWait) holderStep(uintptr) bool {
 		}
 		iw.spun = false
 		if first {
-			p.st.inc(cWakeups)
-			if woke == 0 {
-				p.st.inc(cEmptyWakeups)
-			}
+			p.countWakeup(woke)
 			first = false
 		}
 		done := false
@@ -373,10 +372,7 @@ func (p *poller) runInline(f *os.File) {
 				return true
 			}
 			if first {
-				p.st.inc(cWakeups)
-				if woke == 0 {
-					p.st.inc(cEmptyWakeups)
-				}
+				p.countWakeup(woke)
 				first = false
 			}
 			if woke > 0 {

@@ -42,10 +42,7 @@ func (p *poller) runBlocking(yield bool) {
 		if stop {
 			return
 		}
-		p.st.inc(cWakeups)
-		if woke == 0 {
-			p.st.inc(cEmptyWakeups)
-		}
+		p.countWakeup(woke)
 		for {
 			spin := p.chooseSpin(p.freshEvents(n, woke))
 			if !spin && !(yield && n > 0) {
@@ -91,10 +88,7 @@ func (p *poller) runNested(f *os.File) {
 			}
 			spun = false
 			if first {
-				p.st.inc(cWakeups)
-				if woke == 0 {
-					p.st.inc(cEmptyWakeups)
-				}
+				p.countWakeup(woke)
 				first = false
 			}
 			if n == len(p.events) {
@@ -112,6 +106,15 @@ func (p *poller) runNested(f *os.File) {
 	})
 	if err != nil || !stopped {
 		panic("netpoll: nested poller stopped without being asked: " + errString(err))
+	}
+}
+
+// countWakeup counts a blocking wait that returned, whose first poll woke
+// woke goroutines.
+func (p *poller) countWakeup(woke int) {
+	p.st.inc(cWakeups)
+	if woke == 0 {
+		p.st.inc(cEmptyWakeups)
 	}
 }
 
