@@ -70,6 +70,28 @@ func SetBeforeParkHook(f func(fd int)) (restore func()) {
 	}
 }
 
+// InlineCrowd is the count of waiters from which a WaitInline holder hands
+// the role to the poller's goroutine.
+const InlineCrowd = inlineCrowd
+
+var roleNames = map[uint64]string{roleLoop: "loop", roleInline: "inline", roleOut: "out", roleVacant: "vacant"}
+
+// AwaitInlineRole yields until the WaitInline role of c's poller is want
+// (loop, inline, out or vacant) or stop is closed, and reports whether it
+// got there.
+func AwaitInlineRole(c any, want string, stop <-chan struct{}) bool {
+	iw := descOf(c).p.inline
+	for roleNames[iw.word.Load()&roleMask] != want {
+		select {
+		case <-stop:
+			return false
+		default:
+			runtime.Gosched()
+		}
+	}
+	return true
+}
+
 // SetInlineParkHook installs f to run as an operation on a WaitInline
 // poller commits to its wait, inline or on its channel; the returned func
 // removes it.

@@ -39,28 +39,34 @@ func TestPlainPathHops(t *testing.T) {
 			l := listen(t, g, "tcp")
 			client, server := netClient(t, l)
 			before := g.Stats().Total
-			pingPongConn(t, client, server, rounds)
+			pingPongParked(t, client, server, rounds)
 			s := g.Stats().Total
 			per := func(a, b uint64) float64 { return float64(a-b) / rounds }
 			parks, polls, waits := per(s.ReadParks, before.ReadParks), per(s.BlockingWaits, before.BlockingWaits), per(s.EpollWaits, before.EpollWaits)
 			t.Logf("per request: %.2f reader parks, %.2f poller blocks (%.2f wakeups), %.2f epoll_waits, %.2f woken, %.2f EAGAIN, %.2f short-read skips",
 				parks, polls, per(s.Wakeups, before.Wakeups), waits, per(s.Woken, before.Woken), per(s.EAGAIN, before.EAGAIN), per(s.ShortSkips, before.ShortSkips))
-			// Each request waits for its byte: the reader parks once,
-			// woken once by the poller, which blocked once for it. A
-			// request whose byte came while the reader was still running
-			// does neither, so the counts are at most one each (and one
-			// more: the poller blocks again after the last request, and
-			// was blocked when the count began), and most requests pay
-			// both.
-			most := 1 + 1.0/rounds
-			if parks > most || polls > most || parks < 0.5 || polls < 0.5 {
-				t.Errorf("per request: %.4f reader parks, %.4f poller blocks; want each in [0.5, %.4f]", parks, polls, most)
+			// Each request waits for its byte (pingPongParked): the reader
+			// parks once, woken once by the poller, which blocked once
+			// for it. The poller blocks at most once per request (and
+			// once more: after the last request, or when the count
+			// began); a block whose wakeup found nobody to wake (an
+			// EPOLLOUT edge after a reply: 0 to 3 in 2,000 requests on
+			// a thread poller) is not a request's: EmptyWakeups counts
+			// it. Under WaitInline the holder may find its byte in the
+			// poll before it blocks.
+			served := polls - per(s.EmptyWakeups, before.EmptyWakeups)
+			if parks != 1 || served > 1+1.0/rounds {
+				t.Errorf("per request: %.4f reader parks, %.4f poller blocks that woke someone; want 1 and at most 1", parks, served)
 			}
-			if woken := per(s.Woken, before.Woken); woken < parks-0.01 || woken > parks+0.01 {
-				t.Errorf("%.2f woken per request for %.2f parks: every park is woken once by the poller", woken, parks)
+			// The poller adds a poll's wakes to Woken after it sent
+			// them: the last request's may come after the count ends.
+			if woken := per(s.Woken, before.Woken); woken > parks || woken < parks-1.0/rounds {
+				t.Errorf("%.4f woken per request for %.4f parks: every park is woken once by the poller", woken, parks)
 			}
-			if waits < polls || waits > 2*polls+0.1 {
-				t.Errorf("%.2f epoll_waits per request for %.2f blocks; want one or two per block", waits, polls)
+			// An epoll_wait before each block and one after it, but for
+			// the block the count cut from its wakeup.
+			if waits < polls-1.0/rounds || waits > 2*polls+0.1 {
+				t.Errorf("%.4f epoll_waits per request for %.4f blocks; want one or two per block", waits, polls)
 			}
 		})
 	}

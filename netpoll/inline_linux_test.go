@@ -17,7 +17,8 @@ import (
 // went to the poller's goroutine (Takeovers: the reader took longer than
 // inlineHandoff to park again), and nobody steps aside, since the holder's
 // polls find only its own events. On WaitNested every park waits on its
-// channel (InlineWaits 0): this test fails there.
+// channel (InlineWaits 0): this test fails there. Every request parks
+// (pingPongParked).
 func TestInlineOneHop(t *testing.T) {
 	const rounds = 2000
 	for _, mode := range modes {
@@ -33,14 +34,14 @@ func TestInlineOneHop(t *testing.T) {
 				}()
 			})
 			before := g.Stats().Total
-			pingPongConn(t, client, server, rounds)
+			pingPongParked(t, client, server, rounds)
 			s := g.Stats().Total
 			parks, inline := s.ReadParks-before.ReadParks, s.InlineWaits-before.InlineWaits
 			asides, takeovers := s.StepAsides-before.StepAsides, s.Takeovers-before.Takeovers
 			t.Logf("%d requests: %d reader parks, %d waited inline, %d stepped aside, %d takeovers, %d epoll_waits",
 				rounds, parks, inline, asides, takeovers, s.EpollWaits-before.EpollWaits)
-			if parks < rounds/2 || parks > rounds+1 {
-				t.Errorf("%d parks for %d requests; want about one each", parks, rounds)
+			if parks != rounds {
+				t.Errorf("%d parks for %d requests; want one each", parks, rounds)
 			}
 			// A takeover makes at most the next park wait on its channel
 			// and the one after it step aside.
@@ -82,6 +83,11 @@ func TestInlineTakeover(t *testing.T) {
 				n, err := c.Read(b)
 				res <- ioResult{n, err}
 			}
+			// The setup's Accepts and Dials parked: wait for the role
+			// they left to be free.
+			if !netpoll.AwaitInlineRole(serverA, "vacant", expired) {
+				t.Fatal("the role stayed taken after the setup")
+			}
 			base := g.Stats().Total
 			if !awaitInlinePark(t, "A's Read", func() { go read(serverA, readA) }) {
 				t.Fatal("A's Read waited on its channel with nobody holding the role; want it inline")
@@ -109,6 +115,75 @@ func TestInlineTakeover(t *testing.T) {
 			}
 			if s := g.Stats().Total; s.Takeovers == base.Takeovers {
 				t.Errorf("B was woken with no takeover counted: who watched the epoll fd?")
+			}
+		})
+	}
+}
+
+// TestInlineCrowd: a holder that leaves with its own event while
+// InlineCrowd operations or more wait on their channels gives the role to
+// the poller's goroutine at once, which keeps it while it wakes them: the
+// waiters are never left unwatched, so no timer is needed to wake them
+// (no takeover), unlike the two operations of TestInlineTakeover. Without
+// the crowd rule the role goes out and the waiter's wakeup waits for the
+// timer's takeover.
+func TestInlineCrowd(t *testing.T) {
+	const waiters = netpoll.InlineCrowd + 1
+	for _, mode := range modes {
+		t.Run("mode="+mode.String(), func(t *testing.T) {
+			g := newGroup(t, netpoll.Config{Mode: mode, Wait: netpoll.WaitInline})
+			l := listen(t, g, "tcp")
+			done, expired := watchdog(t, time.Minute)
+			defer done()
+			type end struct {
+				client, server net.Conn
+				res            chan ioResult
+			}
+			ends := make([]end, 1+waiters)
+			for i := range ends {
+				c, s := pipe(t, g, l)
+				ends[i] = end{c, s, make(chan ioResult, 1)}
+			}
+			read := func(e end) {
+				b := make([]byte, 8)
+				n, err := e.server.Read(b)
+				e.res <- ioResult{n, err}
+			}
+
+			if !netpoll.AwaitInlineRole(ends[0].server, "vacant", expired) {
+				t.Fatal("the role stayed taken after the setup")
+			}
+			base := g.Stats().Total
+			if !awaitInlinePark(t, "the first Read", func() { go read(ends[0]) }) {
+				t.Fatal("the first Read waited on its channel with nobody holding the role; want it inline")
+			}
+			for i, e := range ends[1:] {
+				if awaitInlinePark(t, "a Read", func() { go read(e) }) {
+					t.Fatalf("Read %d waited inline while the first held the role", i+1)
+				}
+			}
+			// The holder's byte: it leaves with its event, waiters behind it.
+			if _, err := ends[0].client.Write([]byte{1}); err != nil {
+				t.Fatal(err)
+			}
+			if r := awaitResult(t, ends[0].res, expired, "the holder's Read"); r.err != nil || r.n != 1 {
+				t.Fatalf("the holder's Read = %d, %v", r.n, r.err)
+			}
+			// One waiter's byte: the poller's goroutine wakes it and keeps
+			// the role (InlineCrowd still wait). The others' Reads end
+			// when the cleanup closes their conns.
+			if _, err := ends[1].client.Write([]byte{2}); err != nil {
+				t.Fatal(err)
+			}
+			if r := awaitResult(t, ends[1].res, expired, "a waiter's Read"); r.err != nil || r.n != 1 {
+				t.Fatalf("the waiter's Read = %d, %v", r.n, r.err)
+			}
+			s := g.Stats().Total
+			if handoffs := s.CrowdHandoffs - base.CrowdHandoffs; handoffs != 1 {
+				t.Errorf("%d crowd handoffs; want 1: the holder left with %d waiters", handoffs, waiters)
+			}
+			if takeovers := s.Takeovers - base.Takeovers; takeovers != 0 {
+				t.Errorf("%d takeovers; want none: the poller's goroutine held the role from the holder's leaving", takeovers)
 			}
 		})
 	}
@@ -156,6 +231,11 @@ func TestInlineDeadlineAndClose(t *testing.T) {
 					s.InlineWaits-base.InlineWaits, s.Takeovers-base.Takeovers)
 			}
 
+			// The poller's goroutine, called for the Read with a
+			// deadline, leaves the role after the poll that woke it.
+			if !netpoll.AwaitInlineRole(server, "vacant", expired) {
+				t.Fatal("the poller's goroutine kept the role")
+			}
 			server.SetReadDeadline(time.Time{})
 			base = g.Stats().Total
 			if !awaitInlinePark(t, "the Read without a deadline", func() { go read() }) {

@@ -24,9 +24,10 @@ type PollerStats struct {
 	StaleEvents   uint64        // events for a closed fd or an old generation, dropped
 
 	// WaitInline (inline_linux.go).
-	InlineWaits uint64 // parks that waited on the epoll fd themselves (took the poller's role)
-	StepAsides  uint64 // of those, the ones that woke others before their own event came and went on waiting on their channel
-	Takeovers   uint64 // times the role, left out with operations parked, went to the poller's goroutine: by the timer, or for an operation with a deadline
+	InlineWaits   uint64 // parks that waited on the epoll fd themselves (took the poller's role)
+	StepAsides    uint64 // of those, the ones that woke others before their own event came and went on waiting on their channel
+	Takeovers     uint64 // times the role, left out with operations parked, went to the poller's goroutine: by the timer, or for an operation with a deadline
+	CrowdHandoffs uint64 // times a holder gave the role to the poller's goroutine because inlineCrowd operations or more were parked
 
 	CtlAdd uint64 // EPOLL_CTL_ADD calls
 	CtlMod uint64 // EPOLL_CTL_MOD calls (OneShot re-arms, LevelTriggered EPOLLOUT)
@@ -111,6 +112,7 @@ const (
 	cInlineWaits
 	cStepAsides
 	cTakeovers
+	cCrowdHandoffs
 	cCtlAdd
 	cCtlDel
 	cLevelDisarms
@@ -157,6 +159,7 @@ func (s *PollerStats) counters() [numCounters]*uint64 {
 		cInlineWaits:    &s.InlineWaits,
 		cStepAsides:     &s.StepAsides,
 		cTakeovers:      &s.Takeovers,
+		cCrowdHandoffs:  &s.CrowdHandoffs,
 		cCtlAdd:         &s.CtlAdd,
 		cCtlDel:         &s.CtlDel,
 		cLevelDisarms:   &s.LevelDisarms,

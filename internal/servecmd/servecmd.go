@@ -183,11 +183,11 @@ func PrintStats(w io.Writer, st netpoll.Stats) {
 	fmt.Fprintf(w, "netpoll stats: epoll-waits=%d blocking-waits=%d wakeups=%d empty-wakeups=%d events=%d "+
 		"spin-polls=%d spin-hits=%d spin-decisions=%d spin-found=%d spin-gave-up=%d spin-time=%v spin-refused=%d spin-unpaid=%d "+
 		"wake-cost=%v spin-budget=%v block-cost=%v cpu-limit=%g read-parks=%d write-parks=%d eagain=%d short-skips=%d "+
-		"sendfiles=%d sendfile-bytes=%d splices=%d splice-bytes=%d\n",
+		"sendfiles=%d sendfile-bytes=%d splices=%d splice-bytes=%d inline-waits=%d step-asides=%d takeovers=%d crowd-handoffs=%d\n",
 		t.EpollWaits, t.BlockingWaits, t.Wakeups, t.EmptyWakeups, t.Events,
 		t.SpinPolls, t.SpinHits, t.SpinDecisions, t.SpinFound, t.SpinGaveUp, t.SpinTime, t.SpinRefused, t.SpinUnpaid,
 		st.WakeCost, st.SpinBudget, t.BlockCost, st.CPULimit, t.ReadParks, t.WriteParks, t.EAGAIN, t.ShortSkips,
-		t.Sendfiles, t.SendfileBytes, t.Splices, t.SpliceBytes)
+		t.Sendfiles, t.SendfileBytes, t.Splices, t.SpliceBytes, t.InlineWaits, t.StepAsides, t.Takeovers, t.CrowdHandoffs)
 }
 
 // Serve accepts on s.Listener and runs handle in a goroutine per
