@@ -213,7 +213,7 @@ func awaitBlockedInAccept(stop <-chan struct{}) bool {
 		n := runtime.Stack(buf, true)
 		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
 			head, _, _ := strings.Cut(g, "\n")
-			blocked := strings.Contains(head, "[select") || strings.Contains(head, "[chan receive")
+			blocked := strings.Contains(head, "[select") || strings.Contains(head, "[chan receive") || strings.Contains(head, "[IO wait") // IO wait: WaitInline
 			if blocked && strings.Contains(g, "netpoll.(*Listener).Accept(") {
 				return true
 			}

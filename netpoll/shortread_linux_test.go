@@ -149,52 +149,62 @@ var shortPaths = []shortPath{
 // one returns it with no new traffic: it does not park on the skip. In
 // EdgeTriggered mode the test waits until the poller has delivered the edge
 // and kept its sticky bits, so the short read consumes the only edge that
-// will ever come (the case #8891 hung on).
+// will ever come (the case #8891 hung on). Under WaitInline nobody polls
+// while nobody waits: the edge stays in epoll's ready list, no sticky bit
+// is kept, and the second Read's park polls it.
 func TestShortReadPending(t *testing.T) {
-	for _, mode := range modes {
-		for _, p := range shortPaths {
-			t.Run(fmt.Sprintf("%s/%s", mode, p.name), func(t *testing.T) {
-				g := newGroup(t, netpoll.Config{Mode: mode, ShortRead: netpoll.ShortReadOn})
-				peer, server := stdPipeTo(t, g, p.network)
-				done, expired := watchdog(t, time.Minute)
-				defer done()
-				if p.setup != nil {
-					p.setup(t, server)
-				}
-				p.send(t, peer)
-				// Everything the peer sent must be queued at the server
-				// before it reads: a unix send queues it, a TCP peer's
-				// send queue empties once the server acked it all
-				// (SIOCINQ would not do: it stops at an urgent mark).
-				if p.queued > 0 {
-					if !await(expired, func() bool { return inq(t, server) >= p.queued }) {
-						t.Fatalf("the server never had %d bytes queued", p.queued)
-					}
-				} else if p.network == "tcp" && !await(expired, func() bool { return outq(t, peer) == 0 }) {
-					t.Fatal("the peer's data was never all acked")
-				}
-				if mode != netpoll.OneShot && !netpoll.AwaitReadState(server, "ready", expired) {
-					t.Fatal("the poller never delivered the edge")
-				}
-				if mode == netpoll.EdgeTriggered && !await(expired, func() bool { return netpoll.Sticky(server)&p.sticky == p.sticky }) {
-					t.Fatalf("the poller never kept sticky bits %#x (has %#x)", p.sticky, netpoll.Sticky(server))
-				}
-				b := make([]byte, 64)
-				n, err := server.Read(b)
-				if err != nil || string(b[:n]) != "abc" {
-					t.Fatalf("first Read = %q, %v; want the short %q", b[:n], err, "abc")
-				}
-				// A lost wake would park the second Read for good: the
-				// deadline only turns that hang into a failure.
-				server.SetReadDeadline(time.Now().Add(20 * time.Second))
-				n, err = server.Read(b)
-				if errorsIs(err, os.ErrDeadlineExceeded) {
-					t.Fatalf("second Read parked with something pending (sticky %#x, stats %+v)", netpoll.Sticky(server), g.Stats().Total)
-				}
-				p.second(t, n, err, b)
-			})
+	for _, wait := range []netpoll.Wait{netpoll.WaitNested, netpoll.WaitInline} {
+		for _, mode := range modes {
+			for _, p := range shortPaths {
+				t.Run(fmt.Sprintf("%s/%s/%s", wait, mode, p.name), func(t *testing.T) {
+					shortReadPending(t, netpoll.Config{Mode: mode, Wait: wait, ShortRead: netpoll.ShortReadOn}, p)
+				})
+			}
 		}
 	}
+}
+
+func shortReadPending(t *testing.T, cfg netpoll.Config, p shortPath) {
+	mode := cfg.Mode
+	g := newGroup(t, cfg)
+	peer, server := stdPipeTo(t, g, p.network)
+	done, expired := watchdog(t, time.Minute)
+	defer done()
+	if p.setup != nil {
+		p.setup(t, server)
+	}
+	p.send(t, peer)
+	// Everything the peer sent must be queued at the server
+	// before it reads: a unix send queues it, a TCP peer's
+	// send queue empties once the server acked it all
+	// (SIOCINQ would not do: it stops at an urgent mark).
+	if p.queued > 0 {
+		if !await(expired, func() bool { return inq(t, server) >= p.queued }) {
+			t.Fatalf("the server never had %d bytes queued", p.queued)
+		}
+	} else if p.network == "tcp" && !await(expired, func() bool { return outq(t, peer) == 0 }) {
+		t.Fatal("the peer's data was never all acked")
+	}
+	if cfg.Wait == netpoll.WaitInline {
+		// Nothing to wait for: the edge waits in epoll.
+	} else if mode != netpoll.OneShot && !netpoll.AwaitReadState(server, "ready", expired) {
+		t.Fatal("the poller never delivered the edge")
+	} else if mode == netpoll.EdgeTriggered && !await(expired, func() bool { return netpoll.Sticky(server)&p.sticky == p.sticky }) {
+		t.Fatalf("the poller never kept sticky bits %#x (has %#x)", p.sticky, netpoll.Sticky(server))
+	}
+	b := make([]byte, 64)
+	n, err := server.Read(b)
+	if err != nil || string(b[:n]) != "abc" {
+		t.Fatalf("first Read = %q, %v; want the short %q", b[:n], err, "abc")
+	}
+	// A lost wake would park the second Read for good: the
+	// deadline only turns that hang into a failure.
+	server.SetReadDeadline(time.Now().Add(20 * time.Second))
+	n, err = server.Read(b)
+	if errorsIs(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("second Read parked with something pending (sticky %#x, stats %+v)", netpoll.Sticky(server), g.Stats().Total)
+	}
+	p.second(t, n, err, b)
 }
 
 // stdPipeTo returns a package net peer and a server conn on g, over network.
