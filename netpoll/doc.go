@@ -255,11 +255,20 @@
 // 500 µs woke an idle server once per request at 2k req/s); a takeover
 // puts it back to 500 µs. So a waiter goes unwatched for at most 8 ms, and
 // that only when the handlers stop parking after a run in which they came
-// back quickly. An operation with a deadline waits behind the poller's
-// goroutine. inline_linux.go has the rules; measured (echo, 1 connection,
-// testdata/issue21/inline/) it saves most of the nested poller's cost
-// unpinned (GOMAXPROCS=2), and costs an epoll_wait per park more pinned
-// to one CPU, which is why it is not the default. Under SpinAuto the
+// back quickly. With four operations or more waiting, a holder that
+// leaves with its event gives the role to the poller's goroutine at once,
+// which keeps it while it wakes them (Stats.CrowdHandoffs): a busy server
+// waits as WaitNested does. An operation with a deadline waits behind the
+// poller's goroutine. inline_linux.go has the rules. Measured (echo,
+// testdata/issue21/inline/ and crowd/), it saves most of the nested
+// poller's cost unpinned (GOMAXPROCS=2, 1 connection: 0.94-0.97x package
+// net's CPU per request where nested spends 1.4-1.6x), and costs an
+// epoll_wait per park more pinned to one CPU (1.15-1.18x net's CPU). Two
+// things keep it from being the default: that pinned cost, and the
+// unwatched window: a connection whose request comes while another's
+// handler blocks outside netpoll waits for that handler or the timer
+// (bench's BlockedNeighbour, a 2 ms block: worst round trip 2.3-3.4 ms,
+// against 0.1 ms on WaitNested and package net). Under SpinAuto the
 // operation waiting on the epoll fd spins as the nested loop would, by
 // the same policy, and gives its spinning slot back whenever it leaves
 // the role; a fixed Spin budget is refused with it.

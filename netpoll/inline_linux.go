@@ -32,15 +32,17 @@ import (
 //	            watches for the waiters, and leaves the role after a poll
 //	            that woke one (it will come back to park and may take it)
 //	roleInline  a parking operation is in (or entering) RawRead
-//	roleOut     a holder left with waiters: nobody watches until the next
+//	roleOut     a holder left with waiters (fewer than inlineCrowd, else
+//	            the role goes to loop): nobody watches until the next
 //	            operation to park takes the role, or inlineHandoff has passed
-//	            and the timer gives it to the loop goroutine
+//	            and the timer gives it to the loop goroutine; the last
+//	            waiter to leave it, or the timer finding none, makes it vacant
 //	roleVacant  nobody watches and no operation waits
 //
 // Invariants: an operation parks on its channel only by adding itself to the
 // waiters of a word whose role is loop or inline, by moving the role to
-// loop itself (with a deadline, see park), or by moving it out as it steps
-// aside, and every move out arms the timer (wentOut), so a waiter is never
+// loop itself (with a deadline, see park), or by moving it out (or, in a
+// crowd, to loop) as it steps aside, and every move out arms the timer (wentOut), so a waiter is never
 // left unwatched for longer than twice the handoff (at most
 // 2·inlineHandoffMax); the loop goroutine is active
 // exactly while the role is loop (the baton, capacity 1, carries each move to
