@@ -273,6 +273,21 @@
 // the same policy, and gives its spinning slot back whenever it leaves
 // the role; a fixed Spin budget is refused with it.
 //
+// # Waiting without a buffer
+//
+// Conn.WaitRead parks until a Read would not: data, EOF or an error is
+// queued. A goroutine that keeps its connection can wait with its stack
+// alone and take a buffer (from a sync.Pool, say) only when there is
+// something to read, which is most of what an idle connection costs
+// (golang/go#15735). Unlike a wait on the edge alone, it asks the socket
+// first (poll(2)), so what was queued before it, with no edge since, ends
+// it at once, and a pending reset still reaches the next Read as a reset.
+// The read deadline and Close end it as they end Read. A Read of an empty
+// slice returns 0, nil at once, as on package net. grpc-go's readyreader
+// pattern (SyscallConn().Read whose callback takes a pooled buffer) works
+// too; like any SyscallConn use it turns short-read skipping off for the
+// Conn.
+//
 // # Errors
 //
 // Errors are package net's: *net.OpError around an *os.SyscallError, a bare
