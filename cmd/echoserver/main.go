@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"sync"
 
 	"github.com/edgepoll/edgepoll/internal/servecmd"
 )
@@ -42,6 +43,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var f servecmd.Flags
 	f.Register(fs, "127.0.0.1:0")
 	bufSize := fs.Int("buf", 64<<10, "read buffer per connection")
+	waitRead := fs.Bool("waitread", false, "wait for readability with Conn.WaitRead, holding no buffer, and take one from a pool only to read and echo (needs -impl netpoll)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -51,6 +53,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *bufSize < 1 {
 		return fmt.Errorf("bad -buf %d: want at least 1", *bufSize)
 	}
+	if *waitRead && f.Impl != "netpoll" {
+		// Package net's Read of an empty slice returns at once: a wait
+		// built on it would spin.
+		return fmt.Errorf("-waitread needs -impl netpoll (package net has no buffer-free wait), not -impl %s", f.Impl)
+	}
 	s, err := f.Listen(stderr)
 	if err != nil {
 		return err
@@ -58,7 +65,36 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer s.Close()
 	s.Announce(stdout, "echoserver")
 
+	if *waitRead {
+		pool := sync.Pool{New: func() any { b := make([]byte, *bufSize); return &b }}
+		return s.Serve(ctx, func(_ context.Context, c net.Conn) { echoWaiting(c.(readWaiter), &pool) })
+	}
 	return s.Serve(ctx, func(_ context.Context, c net.Conn) { echo(c, *bufSize) })
+}
+
+// readWaiter is netpoll's Conn: a net.Conn with a buffer-free wait.
+type readWaiter interface {
+	net.Conn
+	WaitRead() error
+}
+
+// echoWaiting is echo holding a buffer only while it reads and writes: it
+// waits for readability with none, and takes one from pool to echo.
+func echoWaiting(c readWaiter, pool *sync.Pool) {
+	for {
+		if err := c.WaitRead(); err != nil {
+			return
+		}
+		bp := pool.Get().(*[]byte)
+		n, err := c.Read(*bp)
+		if n > 0 {
+			_, err = c.Write((*bp)[:n])
+		}
+		pool.Put(bp)
+		if err != nil {
+			return
+		}
+	}
 }
 
 // echo writes back what it reads until the peer closes or an error.

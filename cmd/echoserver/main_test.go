@@ -66,6 +66,8 @@ func TestEcho(t *testing.T) {
 		{"-impl", "netpoll", "-mode", "lt", "-pollers", "2", "-sharing", "reuseport"},
 		{"-impl", "netpoll", "-spin", "forever"},
 		{"-impl", "netpoll", "-pollers", "2", "-sharing", "exclusive", "-wait", "block"},
+		{"-impl", "netpoll", "-waitread", "-buf", "100"},
+		{"-impl", "netpoll", "-mode", "lt", "-wait", "inline", "-waitread"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			goroutines, fds := runtime.NumGoroutine(), countFDs(t)
@@ -141,6 +143,7 @@ func TestBadFlags(t *testing.T) {
 		{"-pollers -2", `"-2"`},
 		{"-sharing exclusive -wait nested", "epoll_wait"},
 		{"-buf 0", "-buf 0"},
+		{"-impl net -waitread", "-waitread needs -impl netpoll"},
 		{"extra", "unexpected"},
 	} {
 		err := run(strings.Fields(tt.args), io.Discard, io.Discard)

@@ -28,6 +28,9 @@ var servers = []server{
 	{"auto", "cfg=auto/impl=netpoll/mode=et/spin=auto", "echoserver", []string{"-impl", "netpoll", "-spin", "auto"}, nil},
 	{"inline", "cfg=inline/impl=netpoll/mode=et/spin=0/wait=inline", "echoserver", []string{"-impl", "netpoll", "-mode", "et", "-spin", "0", "-wait", "inline"}, nil},
 	{"auto-inline", "cfg=auto-inline/impl=netpoll/mode=et/spin=auto/wait=inline", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-wait", "inline"}, nil},
+	// The default waiting for readability with no buffer (Conn.WaitRead),
+	// taking one from a pool to echo: the idle experiment's buffer-free row.
+	{"waitread", "cfg=waitread/impl=netpoll/mode=et/spin=auto/waitread=on", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-waitread"}, nil},
 	// Short-read skipping off (it is on in every netpoll configuration above).
 	{"et-noskip", "cfg=et-noskip/impl=netpoll/mode=et/spin=0/shortread=off", "echoserver", []string{"-impl", "netpoll", "-mode", "et", "-spin", "0", "-shortread", "off"}, nil},
 	{"auto-noskip", "cfg=auto-noskip/impl=netpoll/mode=et/spin=auto/shortread=off", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-shortread", "off"}, nil},
