@@ -1,6 +1,10 @@
 package netpoll
 
-import "golang.org/x/sys/unix"
+import (
+	"os"
+
+	"golang.org/x/sys/unix"
+)
 
 // WaitRead waits until c is readable: until a Read would return data, EOF
 // or an error (such as a reset) without parking. It holds no buffer while
@@ -9,7 +13,10 @@ import "golang.org/x/sys/unix"
 // read (golang/go#15735). It returns at once when data, EOF or an error is
 // already queued, whether or not an edge announced it since the last
 // Read: it asks the socket (poll(2), which leaves a pending error for the
-// next Read, where recv with MSG_PEEK would consume it). The read deadline
+// next Read, where recv with MSG_PEEK would consume it), unless the last
+// Read proved the socket drained (a short Read, with short-read skipping
+// on): then it waits for the edge that anything since has brought, with no
+// syscall (counted in Stats.ShortSkips). The read deadline
 // and Close end it with the error Read would give, and it is serialized
 // with Read as a second Read would be. A nil return is no promise that
 // the next Read gets data: another goroutine may read first, and a Read
@@ -17,32 +24,58 @@ import "golang.org/x/sys/unix"
 // package net's meaning: it returns 0, nil at once.
 func (c *Conn) WaitRead() error {
 	d := c.d
-	if err := d.begin(&d.rd); err != nil {
+	dr := &d.rd
+	if err := d.begin(dr); err != nil {
 		return c.opError("read", err)
 	}
-	defer d.end(&d.rd)
-	// size 0: not a stream transfer. The next Read makes its syscall
-	// whatever the last one found, and an edge this wait consumes is not
-	// one that Read needed: the socket was asked after it.
-	if _, err := d.transfer(&d.rd, 0, c.pollReadable); err != nil {
-		return c.opError("read", syscallErr("poll", err))
+	defer d.end(dr)
+	// The last Read found the socket drained (short, with skipping on and
+	// nothing sticky): whatever came since came with an edge, so the
+	// socket need not be asked (desc's "Short reads"). The Read after this
+	// wait makes its syscall either way: an edge the wait consumes is one
+	// that Read would have needed.
+	drained := d.skip && dr.drained && d.sticky.Load() == 0
+	dr.drained = false
+	for {
+		if drained {
+			if dr.state.Load() == stReady {
+				return nil // an edge since the drained Read
+			}
+			dr.skips.Add(1)
+		} else if ok, err := c.readable(); err != nil || ok {
+			if err != nil {
+				return c.opError("read", os.NewSyscallError("poll", err))
+			}
+			return nil
+		}
+		parks := dr.parks.Load()
+		if err := d.awaitReady(dr); err != nil {
+			// No edge consumed: the socket is as known as before.
+			dr.drained = drained
+			return c.opError("read", err)
+		}
+		if dr.parks.Load() != parks {
+			return nil // woken by an edge that came after the socket was found empty
+		}
+		// A ready token taken without parking may be stale (an edge for
+		// data a Read already took): ask the socket.
+		drained = false
 	}
-	return nil
 }
 
-// readableEvents are the poll(2) bits after which a Read does not park:
-// data or a FIN (POLLIN, POLLRDHUP), a hang-up, or a pending error.
-const readableEvents = unix.POLLIN | unix.POLLRDHUP | unix.POLLHUP | unix.POLLERR
-
-// pollReadable asks the socket whether a Read would park: EAGAIN if so.
-func (c *Conn) pollReadable() (int, error) {
+// readable asks the socket whether a Read would not park: data or a FIN
+// (POLLIN, POLLRDHUP), a hang-up, or a pending error (POLLERR, which poll
+// reports without clearing it, unlike recv with MSG_PEEK).
+func (c *Conn) readable() (bool, error) {
 	fds := []unix.PollFd{{Fd: int32(c.d.fd), Events: unix.POLLIN | unix.POLLRDHUP}}
-	n, err := unix.Poll(fds, 0)
-	switch {
-	case err != nil:
-		return 0, err // EINTR is retried by transfer
-	case n == 0 || fds[0].Revents&readableEvents == 0:
-		return 0, unix.EAGAIN
+	for {
+		n, err := unix.Poll(fds, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		return n > 0 && fds[0].Revents&(unix.POLLIN|unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0, nil
 	}
-	return 0, nil
 }

@@ -77,8 +77,10 @@ func TestWaitRead(t *testing.T) {
 		atOnce("3 bytes left", server)
 		read(server, "def")
 
-		// After a short Read (drained), a wait parks; the Read after it
+		// After a short Read (drained), a wait parks with no syscall
+		// (a short skip); the Read after it makes its syscall and
 		// reads what came.
+		skips := g.Stats().Total.ShortSkips
 		res = waitRead(server)
 		if !netpoll.AwaitReadState(server, "waiting", expired) {
 			t.Fatal("WaitRead after a short Read did not park")
@@ -87,9 +89,13 @@ func TestWaitRead(t *testing.T) {
 		if err := awaitResult(t, res, expired, "WaitRead"); err != nil {
 			t.Fatalf("WaitRead after a short Read = %v", err)
 		}
+		if n := g.Stats().Total.ShortSkips - skips; n != 1 {
+			t.Errorf("WaitRead after a short Read: %d short skips; want 1 (no poll: the socket was known drained)", n)
+		}
 		read(server, "gh")
 
-		// A FIN queued.
+		// A FIN queued, on a conn that has not read (nothing known).
+		client, server = netClient(t, l)
 		client.(*net.TCPConn).CloseWrite()
 		awaitPollBits(t, server, unix.POLLRDHUP, expired)
 		atOnce("a FIN queued", server)
