@@ -183,6 +183,23 @@ func roundTrip(c net.Conn, out, in []byte) error {
 
 // serveEcho echoes every accepted conn on its own goroutine until l closes.
 func serveEcho(l net.Listener) {
+	serveEach(l, func(c net.Conn) {
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := c.Read(buf)
+			if err != nil {
+				return
+			}
+			if _, err := c.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+	})
+}
+
+// serveEach runs handle on its own goroutine for every accepted conn, and
+// closes the conn when handle returns, until l closes.
+func serveEach(l net.Listener, handle func(net.Conn)) {
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -190,16 +207,7 @@ func serveEcho(l net.Listener) {
 		}
 		go func() {
 			defer c.Close()
-			buf := make([]byte, 64<<10)
-			for {
-				n, err := c.Read(buf)
-				if err != nil {
-					return
-				}
-				if _, err := c.Write(buf[:n]); err != nil {
-					return
-				}
-			}
+			handle(c)
 		}()
 	}
 }

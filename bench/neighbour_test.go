@@ -99,27 +99,20 @@ func blockedNeighbour(b *testing.B, im impl, block time.Duration) {
 // serveBlocking serves each accepted conn on its own goroutine: it reads a
 // byte and writes it back, after sleeping block when the byte is 'S'.
 func serveBlocking(l net.Listener, block time.Duration) {
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer c.Close()
-			buf := make([]byte, 1)
-			for {
-				if _, err := io.ReadFull(c, buf); err != nil {
-					return
-				}
-				if buf[0] == 'S' {
-					time.Sleep(block)
-				}
-				if _, err := c.Write(buf); err != nil {
-					return
-				}
+	serveEach(l, func(c net.Conn) {
+		buf := make([]byte, 1)
+		for {
+			if _, err := io.ReadFull(c, buf); err != nil {
+				return
 			}
-		}()
-	}
+			if buf[0] == 'S' {
+				time.Sleep(block)
+			}
+			if _, err := c.Write(buf); err != nil {
+				return
+			}
+		}
+	})
 }
 
 func maxOf(lat []time.Duration) time.Duration {

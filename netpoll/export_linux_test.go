@@ -46,7 +46,13 @@ func AwaitWriteState(c any, want string, stop <-chan struct{}) bool {
 }
 
 func awaitState(dr *dir, want string, stop <-chan struct{}) bool {
-	for stateNames[dr.state.Load()] != want {
+	return yieldUntil(stop, func() bool { return stateNames[dr.state.Load()] == want })
+}
+
+// yieldUntil yields until cond holds or stop is closed, and reports whether
+// cond held.
+func yieldUntil(stop <-chan struct{}, cond func() bool) bool {
+	for !cond() {
 		select {
 		case <-stop:
 			return false
@@ -81,15 +87,7 @@ var roleNames = map[uint64]string{roleLoop: "loop", roleInline: "inline", roleOu
 // got there.
 func AwaitInlineRole(c any, want string, stop <-chan struct{}) bool {
 	iw := descOf(c).p.inline
-	for roleNames[iw.word.Load()&roleMask] != want {
-		select {
-		case <-stop:
-			return false
-		default:
-			runtime.Gosched()
-		}
-	}
-	return true
+	return yieldUntil(stop, func() bool { return roleNames[iw.word.Load()&roleMask] == want })
 }
 
 // SetInlineParkHook installs f to run as an operation on a WaitInline

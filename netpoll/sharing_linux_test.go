@@ -355,12 +355,30 @@ func TestSpinAutoSeveralPollers(t *testing.T) {
 // back.
 func pingPongConn(t *testing.T, client, server net.Conn, rounds int) {
 	t.Helper()
+	pingPongOne(t, client, server, rounds, false)
+}
+
+// pingPongParked is pingPongConn where the client sends each byte only once
+// server's read direction is waiting, so that every request parks the
+// server's Read once: a client that raced ahead of the Read let 35-99% of
+// 2,000 requests park, by the machine's speed.
+func pingPongParked(t *testing.T, client, server net.Conn, rounds int) {
+	t.Helper()
+	pingPongOne(t, client, server, rounds, true)
+}
+
+// pingPongOne is pingPongConn, and with afterPark pingPongParked.
+func pingPongOne(t *testing.T, client, server net.Conn, rounds int, afterPark bool) {
+	t.Helper()
 	done, expired := watchdog(t, 2*time.Minute)
 	defer done()
 	errc := make(chan error, 1)
 	go func() { errc <- echoBytes(server, rounds) }()
 	b := make([]byte, 1)
 	for i := range rounds {
+		if afterPark && !netpoll.AwaitReadState(server, "waiting", expired) {
+			t.Fatalf("round %d: the server's Read did not park", i)
+		}
 		b[0] = byte(i)
 		if _, err := client.Write(b); err != nil {
 			t.Fatal(err)
@@ -372,34 +390,6 @@ func pingPongConn(t *testing.T, client, server net.Conn, rounds int) {
 		case <-expired:
 			t.Fatal("ping-pong hung")
 		default:
-		}
-	}
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
-}
-
-// pingPongParked is pingPongConn where the client sends each byte only once
-// server's read direction is waiting, so that every request parks the
-// server's Read once: a client that raced ahead of the Read let 35-99% of
-// 2,000 requests park, by the machine's speed.
-func pingPongParked(t *testing.T, client, server net.Conn, rounds int) {
-	t.Helper()
-	done, expired := watchdog(t, 2*time.Minute)
-	defer done()
-	errc := make(chan error, 1)
-	go func() { errc <- echoBytes(server, rounds) }()
-	b := make([]byte, 1)
-	for i := range rounds {
-		if !netpoll.AwaitReadState(server, "waiting", expired) {
-			t.Fatalf("round %d: the server's Read did not park", i)
-		}
-		b[0] = byte(i)
-		if _, err := client.Write(b); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.ReadFull(client, b); err != nil || b[0] != byte(i) {
-			t.Fatalf("round %d: %v, got %d", i, err, b[0])
 		}
 	}
 	if err := <-errc; err != nil {
