@@ -42,9 +42,9 @@ import (
 // Invariants: an operation parks on its channel only by adding itself to the
 // waiters of a word whose role is loop or inline, by moving the role to
 // loop itself (with a deadline, see park), or by moving it out (or, in a
-// crowd, to loop) as it steps aside, and every move out arms the timer (wentOut), so a waiter is never
-// left unwatched for longer than twice the handoff (at most
-// 2·inlineHandoffMax); the loop goroutine is active
+// crowd, to loop) as it steps aside, and every move out arms the timer
+// (wentOut), so a waiter is never left unwatched for longer than twice the
+// handoff (at most 2·inlineHandoffMax); the loop goroutine is active
 // exactly while the role is loop (the baton, capacity 1, carries each move to
 // loop); and whoever enters RawRead polls before it parks, since entering
 // resets the runtime's readiness of the epoll fd and an edge that came while
