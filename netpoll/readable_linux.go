@@ -16,12 +16,12 @@ import (
 // next Read, where recv with MSG_PEEK would consume it), unless the last
 // Read proved the socket drained (a short Read, with short-read skipping
 // on): then it waits for the edge that anything since has brought, with no
-// syscall (counted in Stats.ShortSkips). The read deadline
-// and Close end it with the error Read would give, and it is serialized
-// with Read as a second Read would be. A nil return is no promise that
-// the next Read gets data: another goroutine may read first, and a Read
-// that finds nothing parks as usual. A Read of an empty slice keeps
-// package net's meaning: it returns 0, nil at once.
+// syscall (counted in Stats.ShortSkips). The read deadline and Close end it
+// with the error Read would give, and it is serialized with Read as a
+// second Read would be. A nil return is no promise that the next Read gets
+// data: another goroutine may read first, and a Read that finds nothing
+// parks as usual. A Read of an empty slice keeps package net's meaning: it
+// returns 0, nil at once.
 func (c *Conn) WaitRead() error {
 	d := c.d
 	dr := &d.rd
