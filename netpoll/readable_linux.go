@@ -48,6 +48,8 @@ func (c *Conn) WaitRead() error {
 			}
 			return nil
 		}
+		// Whether awaitReady parked: dr.parks moves only under dr.mu,
+		// which this wait holds, so a change is this wait's own park.
 		parks := dr.parks.Load()
 		if err := d.awaitReady(dr); err != nil {
 			// No edge consumed: the socket is as known as before.
