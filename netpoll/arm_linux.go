@@ -114,13 +114,20 @@ func (p *poller) modify(d *desc, events uint32) error {
 func interest(d *desc) uint32 {
 	var ev uint32
 	in := readInterest(d)
-	if d.mode == LevelTriggered || d.rd.state.Load() == stWaiting {
+	if d.mode == LevelTriggered || readWaits(d) {
 		ev |= in
 	}
 	if d.wr.state.Load() == stWaiting {
 		ev |= unix.EPOLLOUT
 	}
 	return ev
+}
+
+// readWaits reports whether d's read direction waits for an event: an
+// operation is parked in it, or a Server waits on its behalf.
+func readWaits(d *desc) bool {
+	st := d.rd.state.Load()
+	return st == stWaiting || st == stServe
 }
 
 // armForPark makes sure an event will come for a direction about to park.
@@ -160,7 +167,7 @@ func (p *poller) armForPark(d *desc, dr *dir) error {
 // direction still parked must be armed again. LevelTriggered: drop EPOLLOUT
 // once no writer is parked, or it would fire on every epoll_wait.
 func (p *poller) rearmAfterEvent(d *desc) {
-	if d.mode == OneShot && d.rd.state.Load() != stWaiting && d.wr.state.Load() != stWaiting {
+	if d.mode == OneShot && !readWaits(d) && d.wr.state.Load() != stWaiting {
 		return
 	}
 	if d.mode == LevelTriggered && d.armed.Load()&unix.EPOLLOUT == 0 {

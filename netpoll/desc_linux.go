@@ -20,6 +20,20 @@ import (
 //	waiting -> idle    Close or a deadline change, then sends the wake token (nudge);
 //	                   or the parked operation itself when its timer fires (no token)
 //
+// A connection served on demand (Server, serve_linux.go) has a fourth state
+// in its read direction, in which no operation runs and no goroutine waits:
+//
+//	idle    -> serve   the handler's goroutine, after its handler returned and
+//	                   the socket was found empty (serverConn.handOff); it exits
+//	serve   -> ready   the poller saw an edge, then starts the handler (notify)
+//	serve   -> idle    Close, or a read deadline that passed (nudge, the idle
+//	                   timer), then starts the handler; or the handing-off
+//	                   goroutine itself, which then keeps the connection
+//
+// The same invariant holds with "start the handler's goroutine" for "send
+// the token": whoever other than the handing-off goroutine moves the
+// direction out of serve starts exactly one, and nobody else does.
+//
 // Invariant: whoever other than the waiter moves a direction out of waiting
 // sends exactly one token on wake, and nobody else sends. So every park is
 // woken exactly once, and an edge that lands between EAGAIN and the park is
@@ -42,14 +56,16 @@ const (
 	stIdle uint32 = iota
 	stReady
 	stWaiting
+	stServe
 )
 
 // dir is one direction of a descriptor.
 type dir struct {
-	state    atomic.Uint32 // stIdle, stReady or stWaiting
+	state    atomic.Uint32 // stIdle, stReady, stWaiting or stServe
 	wake     chan struct{} // capacity 1: the one token of the invariant above
 	deadline atomic.Int64  // unix nanoseconds; 0 means none
 	inl      *inlineWait   // the poller's WaitInline role, nil otherwise; set at registration
+	srv      *serverConn   // the Server serving the connection on demand (read direction only); set once, before the first hand-off
 
 	// mu serializes operations in this direction, so at most one goroutine
 	// is ever parked on it. Lock order: dir.mu before desc.armMu.
@@ -59,6 +75,10 @@ type dir struct {
 	// drained: the last syscall of a stream operation in this direction
 	// moved fewer bytes than asked (desc.skip only). Guarded by mu.
 	drained bool
+	// ended: the last Read returned EOF or an error other than a deadline
+	// or Close; a Server closes a connection whose handler returns after
+	// that (serve_linux.go). Guarded by mu.
+	ended bool
 
 	// Counters, added to only under mu (atomic so Stats may read them).
 	parks  atomic.Uint64 // operations that parked
@@ -73,18 +93,29 @@ func (dr *dir) notify() (woke bool) {
 	if dr.state.Load() == stReady {
 		return false
 	}
-	if dr.state.Swap(stReady) != stWaiting {
-		return false
+	switch dr.state.Swap(stReady) {
+	case stWaiting:
+		dr.send()
+		return true
+	case stServe:
+		dr.srv.start(true)
+		return true
 	}
-	dr.send()
-	return true
+	return false
 }
 
 // nudge wakes a parked operation so it re-reads its deadline and the
-// descriptor's closing flag. It never invents an edge.
+// descriptor's closing flag. It never invents an edge. On a connection
+// served on demand and idle, it starts the handler if the connection is
+// closing or its read deadline has passed, and otherwise sets the idle
+// timer to the deadline.
 func (dr *dir) nudge() {
 	if dr.state.CompareAndSwap(stWaiting, stIdle) {
 		dr.send()
+		return
+	}
+	if dr.srv != nil && dr.state.Load() == stServe {
+		dr.srv.recheck()
 	}
 }
 
@@ -265,6 +296,11 @@ func (d *desc) awaitReady(dr *dir) error {
 		if dr.state.CompareAndSwap(stReady, stIdle) {
 			dr.tokens.Add(1)
 			return nil
+		}
+		if dr.state.Load() == stServe {
+			// A Read on an idle connection served on demand, from
+			// outside its handler: the Server waits for it.
+			return errServed
 		}
 		if h := testHookBeforePark; h != nil {
 			h(d, dr)

@@ -52,14 +52,14 @@ func (p *poller) levelGuard(evs []unix.EpollEvent, woke int) {
 	p.repeatSince = time.Time{}
 	for i := range evs {
 		d := p.table.get(int(evs[i].Fd))
-		if d == nil || d.gen != uint32(evs[i].Pad) || d.mode != LevelTriggered || d.rd.state.Load() == stWaiting {
+		if d == nil || d.gen != uint32(evs[i].Pad) || d.mode != LevelTriggered || readWaits(d) {
 			continue
 		}
 		if d.incref() != nil {
 			continue // closing; and without a reference its fd may be reused under the MOD
 		}
 		d.armMu.Lock()
-		if a := d.armed.Load(); a&unix.EPOLLIN != 0 && d.rd.state.Load() != stWaiting {
+		if a := d.armed.Load(); a&unix.EPOLLIN != 0 && !readWaits(d) {
 			if p.modify(d, a&^readInterest(d)) == nil {
 				p.st.inc(cLevelDisarms)
 			}

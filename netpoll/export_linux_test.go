@@ -1,6 +1,7 @@
 package netpoll
 
 import (
+	"net"
 	"runtime"
 	"sync"
 	"time"
@@ -26,7 +27,7 @@ func FD(c any) int { return descOf(c).fd }
 // Gen returns the generation of a *Conn or *Listener's registration.
 func Gen(c any) uint32 { return descOf(c).gen }
 
-var stateNames = map[uint32]string{stIdle: "idle", stReady: "ready", stWaiting: "waiting"}
+var stateNames = map[uint32]string{stIdle: "idle", stReady: "ready", stWaiting: "waiting", stServe: "serve"}
 
 // ReadState returns the read direction's state: idle, ready or waiting.
 func ReadState(c any) string { return stateNames[descOf(c).rd.state.Load()] }
@@ -157,3 +158,24 @@ const StickyRaw = stickyRaw
 
 // Spinners is the number of SpinAuto spinning slots taken, process-wide.
 func Spinners() int32 { return spinners.Load() }
+
+// SetHandOffHook makes every on-demand hand-off call f with the
+// connection at its two windows: "before-serve" (the socket was found
+// empty) and "in-serve" (the read direction has entered serve, Close and
+// the deadline not yet checked). f runs on the handing-off goroutine,
+// which holds the read direction's lock and a reference: a Close there
+// must come from another goroutine.
+func SetHandOffHook(f func(c net.Conn, at string)) (restore func()) {
+	hookMu.Lock()
+	h := func(sc *serverConn, at handOffPoint) {
+		f(sc.c, [...]string{hookBeforeServe: "before-serve", hookInServe: "in-serve"}[at])
+	}
+	testHookHandOff.Store(&h)
+	return func() {
+		testHookHandOff.Store(nil)
+		hookMu.Unlock()
+	}
+}
+
+// Closing reports whether Close has begun on a *Conn.
+func Closing(c any) bool { return descOf(c).closing() }

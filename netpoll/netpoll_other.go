@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"net"
 	"runtime"
 )
@@ -41,3 +42,19 @@ func Default() (*Group, error) { return nil, errUnsupported }
 func Listen(network, address string) (net.Listener, error) { return nil, errUnsupported }
 
 func Dial(network, address string) (net.Conn, error) { return nil, errUnsupported }
+
+// Serve returns an error wrapping errors.ErrUnsupported on this OS.
+func (s *Server) Serve(net.Listener) error { return errUnsupported }
+
+// Shutdown returns an error wrapping errors.ErrUnsupported on this OS.
+func (s *Server) Shutdown(context.Context) error { return errUnsupported }
+
+// Close returns an error wrapping errors.ErrUnsupported on this OS.
+func (s *Server) Close() error { return errUnsupported }
+
+// Conns yields nothing on this OS.
+func (s *Server) Conns() iter.Seq2[net.Conn, ConnState] {
+	return func(func(net.Conn, ConnState) bool) {}
+}
+
+type serverConn struct{}

@@ -42,7 +42,7 @@ func (c *Conn) WaitRead() error {
 				return nil // an edge since the drained Read
 			}
 			dr.skips.Add(1)
-		} else if ok, err := c.readable(); err != nil || ok {
+		} else if ok, err := d.readable(); err != nil || ok {
 			if err != nil {
 				return c.opError("read", os.NewSyscallError("poll", err))
 			}
@@ -65,11 +65,23 @@ func (c *Conn) WaitRead() error {
 	}
 }
 
+// testHookReadable, when set by a test, answers readable for the model's
+// descriptors (fd modelFD) in place of the socket.
+var testHookReadable func(d *desc) (bool, error)
+
 // readable asks the socket whether a Read would not park: data or a FIN
 // (POLLIN, POLLRDHUP), a hang-up, or a pending error (POLLERR, which poll
 // reports without clearing it, unlike recv with MSG_PEEK).
-func (c *Conn) readable() (bool, error) {
-	fds := []unix.PollFd{{Fd: int32(c.d.fd), Events: unix.POLLIN | unix.POLLRDHUP}}
+func (d *desc) readable() (bool, error) {
+	if h := testHookReadable; h != nil && d.fd < 0 {
+		return h(d)
+	}
+	return pollReadable(d.fd)
+}
+
+// pollReadable is readable's poll(2) on fd, for any stream socket.
+func pollReadable(fd int) (bool, error) {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLRDHUP}}
 	for {
 		n, err := unix.Poll(fds, 0)
 		if err == unix.EINTR {

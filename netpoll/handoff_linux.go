@@ -1,0 +1,174 @@
+package netpoll
+
+import (
+	"io"
+	"net"
+	"os"
+	"sync/atomic"
+	"time"
+)
+
+// The idle hand-off of a connection served on demand: how its read
+// direction enters stServe with no goroutine and how it leaves it (see the
+// state table in desc_linux.go). The Server's policy (when to close, what
+// to count, the hooks) is in serve_linux.go.
+
+// testHookHandOff, when set by a test, runs at the two windows of a
+// hand-off in which an edge, Close or a deadline must not be lost: after
+// the socket was found empty and before entering serve, and after entering
+// serve and before Close and the deadline are checked.
+var testHookHandOff atomic.Pointer[func(sc *serverConn, at handOffPoint)]
+
+type handOffPoint uint8
+
+const (
+	hookBeforeServe handOffPoint = iota
+	hookInServe
+)
+
+// handOff is called by the goroutine that owns sc to give the connection
+// back to waiting: after its handler returned nil (returned), at accept,
+// and when an edge started it (the edge may be stale: an event for data a
+// Read already took, or a LevelTriggered repeat).
+//
+// idle true: the read direction is in stServe, and the caller must not
+// touch sc again: whoever moves it out starts the handler. idle false with
+// a nil error: the caller keeps sc and calls the handler, because
+// something is readable, or Close, the read deadline or Shutdown came (the
+// run loop sees Close and Shutdown; the handler's Read, the deadline). A
+// non-nil error says the connection is done: it was closed, or the handler
+// returned with its read deadline past (it would otherwise be called
+// again at once, for ever) or after its Read met EOF or an error.
+//
+// What it must not lose is the CL 22031 hazard: data queued before the
+// hand-off with no edge to come. The descriptor knows whether an edge came
+// since the last attempt, not whether the socket is empty, so it asks the
+// socket (poll(2), which leaves a pending error for the next Read) unless
+// the last Read proved it drained and no edge came since: then anything
+// that comes brings an edge, which notify sees once the direction is in
+// serve.
+func (sc *serverConn) handOff(returned bool) (idle bool, err error) {
+	d, dr, st := sc.d, &sc.d.rd, &sc.s.stats
+	if err := d.incref(); err != nil {
+		return false, err
+	}
+	defer d.decref()
+	dr.mu.Lock()
+	defer dr.mu.Unlock()
+	switch {
+	case d.closing():
+		return false, net.ErrClosed
+	case dr.expired():
+		if returned {
+			return false, os.ErrDeadlineExceeded
+		}
+		return false, nil // passed while idle or handing off: work
+	case returned && dr.ended:
+		return false, io.EOF
+	}
+	// Drained, and no edge since: nothing to ask the socket. An edge
+	// since may be for data the drained Read already took: ask.
+	if d.skip && dr.drained && d.sticky.Load() == 0 && dr.state.Load() == stIdle {
+		st.skips.Add(1)
+	} else {
+		dr.consume() // the check sees whatever a ready edge announced
+		st.checks.Add(1)
+		if ok, err := d.readable(); err != nil || ok {
+			dr.drained = false
+			return false, err
+		}
+	}
+	dr.drained = false
+	sc.setState(StateIdle)
+	if h := testHookHandOff.Load(); h != nil {
+		(*h)(sc, hookBeforeServe)
+	}
+	if !dr.state.CompareAndSwap(stIdle, stServe) {
+		return false, nil // an edge since the check: run
+	}
+	// From here on, whoever moves the direction out of serve starts the
+	// handler. Close, the deadline and Shutdown are checked after
+	// entering serve (not before), as awaitReady checks after entering
+	// waiting: one that came before is seen here, one after sees serve.
+	if h := testHookHandOff.Load(); h != nil {
+		(*h)(sc, hookInServe)
+	}
+	if d.checkDir(dr) == nil && !sc.s.closed.Load() {
+		if err = d.p.armForPark(d, dr); err == nil {
+			sc.armTimer()
+			st.handOffs.Add(1)
+			return true, nil
+		}
+	}
+	if !dr.state.CompareAndSwap(stServe, stIdle) {
+		return true, nil // another took it out and starts the handler
+	}
+	// Ours again.
+	switch {
+	case d.closing():
+		return false, net.ErrClosed
+	case sc.s.closed.Load():
+		return false, ErrServerClosed
+	}
+	return false, err // nil for a deadline that passed: the handler's Read reports it
+}
+
+// start serves the connection on a new goroutine: called by whoever moved
+// the read direction out of serve, other than the handing-off goroutine.
+// byEdge: notify moved it, for an edge that may be stale, so the goroutine
+// asks the socket before it calls the handler (handOff).
+func (sc *serverConn) start(byEdge bool) { go sc.run(byEdge) }
+
+// recheck is nudge's part for an idle served connection: Close or a read
+// deadline change. It starts the handler if the connection is closing or
+// its deadline has passed, and otherwise sets the idle timer.
+func (sc *serverConn) recheck() {
+	dr := &sc.d.rd
+	if sc.d.closing() || dr.expired() {
+		if dr.state.CompareAndSwap(stServe, stIdle) {
+			sc.start(false)
+		}
+		return
+	}
+	sc.armTimer()
+}
+
+// armTimer sets the idle timer to the read deadline, or stops it. It reads
+// the deadline under sc.mu, so of concurrent callers the last sets it to
+// the latest value. A timer that fires for an old value finds the deadline
+// not passed, or the direction out of serve, and does nothing.
+func (sc *serverConn) armTimer() {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	dl := sc.d.rd.deadline.Load()
+	if dl == 0 {
+		if sc.timer != nil {
+			sc.timer.Stop()
+		}
+		return
+	}
+	dur := time.Duration(dl - time.Now().UnixNano())
+	if sc.timer == nil {
+		sc.timer = time.AfterFunc(dur, sc.expire)
+		return
+	}
+	sc.timer.Reset(dur)
+}
+
+// expire is the idle timer's function, on the timer's own goroutine, which
+// then serves the connection.
+func (sc *serverConn) expire() {
+	dr := &sc.d.rd
+	if dr.expired() && dr.state.CompareAndSwap(stServe, stIdle) {
+		sc.run(false)
+	}
+}
+
+// stopTimer releases the idle timer of a finished connection.
+func (sc *serverConn) stopTimer() {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.timer != nil {
+		sc.timer.Stop()
+	}
+}

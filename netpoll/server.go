@@ -1,0 +1,144 @@
+package netpoll
+
+import (
+	"errors"
+	"log"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+)
+
+// A Handler serves a connection on demand (Server): it is called when the
+// connection has work, reads and writes it with the Conn's ordinary
+// blocking methods, and returns when it has nothing more to do for now.
+//
+// ServeConn returns nil to wait for more: the Server calls it again when
+// the connection is readable (data, EOF or an error) or its read deadline
+// passes, holding no goroutine and no buffer meanwhile. It must return
+// only when its own buffers hold nothing it still has to act on: bytes kept
+// in a bufio.Reader are the handler's, and the Server cannot see them (check
+// Buffered, and go on while it is not zero). What is still queued in the
+// socket when it returns, or comes later, starts it again, exactly once.
+// A non-nil error closes the connection.
+//
+// A handler may block for as long as it needs mid-request (a slow client, a
+// backend call): nothing is cut off because the connection looked idle.
+// It keeps whatever it needs between calls in its own value: see
+// Server.NewHandler.
+type Handler interface {
+	ServeConn(c net.Conn) error
+}
+
+// HandlerFunc adapts a function to a Handler.
+type HandlerFunc func(c net.Conn) error
+
+// ServeConn calls f(c).
+func (f HandlerFunc) ServeConn(c net.Conn) error { return f(c) }
+
+// ConnState is where a connection served by a Server is, as reported to
+// Server.ConnState and by Server.Conns.
+type ConnState uint32
+
+const (
+	// StateNew: accepted, never served yet.
+	StateNew ConnState = iota
+	// StateActive: its handler runs.
+	StateActive
+	// StateIdle: waiting for work. On this package's connections no
+	// goroutine waits; on others (the fallback) one waits without a
+	// buffer.
+	StateIdle
+	// StateClosed: closed, reported once per connection. It is the
+	// cleanup hook: there is no stack to defer on while a connection is
+	// idle.
+	StateClosed
+)
+
+var connStateNames = [...]string{"new", "active", "idle", "closed"}
+
+func (s ConnState) String() string {
+	if int(s) < len(connStateNames) {
+		return connStateNames[s]
+	}
+	return "ConnState(" + strconv.Itoa(int(s)) + ")"
+}
+
+// ErrServerClosed is returned by Server.Serve after Shutdown or Close.
+var ErrServerClosed = errors.New("netpoll: Server closed")
+
+// errServed is a Read's error on an idle connection served on demand,
+// from a goroutine other than its handler's: the Server is waiting for it.
+var errServed = errors.New("netpoll: read on an idle connection served on demand, outside its handler")
+
+// A Server serves connections on demand: it runs a Handler on a goroutine
+// only while a connection has work, so that an idle connection costs no
+// goroutine and no buffer. See doc.go, "Serving on demand". The zero value
+// is not usable: set Handler or NewHandler. A Server must not be copied
+// after first use.
+type Server struct {
+	// Handler serves every connection, unless NewHandler is set.
+	Handler Handler
+
+	// NewHandler, if not nil, makes each accepted connection's own
+	// handler: a value that keeps the connection's state between calls.
+	NewHandler func(c net.Conn) Handler
+
+	// ConnState, if not nil, is called as a connection changes state,
+	// from the goroutine that owns it at that moment: one at a time per
+	// connection, in order. StateClosed comes exactly once per
+	// connection, after it is closed.
+	ConnState func(c net.Conn, state ConnState)
+
+	// ErrorLog receives the panics of handlers (with their stacks) and
+	// accept errors the Server retries; nil means the log package's
+	// standard logger.
+	ErrorLog *log.Logger
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{} // guarded by mu
+	head      *serverConn               // the list of open connections; guarded by mu
+	closed    atomic.Bool               // Shutdown or Close began
+	drained   chan struct{}             // closed when the last connection is gone after Shutdown; guarded by mu
+	stats     serverCounters
+}
+
+// ServerStats counts a Server's connections and work since it started.
+type ServerStats struct {
+	Conns         uint64 // open connections now
+	Idle          uint64 // of those, idle now: on this package's connections, with no goroutine
+	Running       uint64 // handlers running now
+	HandlerStarts uint64 // handler calls
+	HandOffs      uint64 // times a connection went idle with no goroutine
+	HandOffChecks uint64 // socket checks (poll) a hand-off made because the last Read had not proved the socket drained
+	HandOffSkips  uint64 // hand-offs that needed no check: the last Read was short and no edge had come since
+	Panics        uint64 // handlers that panicked (their connections were closed)
+}
+
+type serverCounters struct {
+	conns, idle, running                   atomic.Int64
+	starts, handOffs, checks, skips, panic atomic.Uint64
+}
+
+// Stats returns a snapshot of s's counters.
+func (s *Server) Stats() ServerStats {
+	st := &s.stats
+	return ServerStats{
+		Conns:         uint64(max(st.conns.Load(), 0)),
+		Idle:          uint64(max(st.idle.Load(), 0)),
+		Running:       uint64(max(st.running.Load(), 0)),
+		HandlerStarts: st.starts.Load(),
+		HandOffs:      st.handOffs.Load(),
+		HandOffChecks: st.checks.Load(),
+		HandOffSkips:  st.skips.Load(),
+		Panics:        st.panic.Load(),
+	}
+}
+
+func (s *Server) logf(format string, args ...any) {
+	if s.ErrorLog != nil {
+		s.ErrorLog.Printf(format, args...)
+		return
+	}
+	log.Printf(format, args...)
+}
