@@ -8,12 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"math/rand/v2"
 	"net"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -423,4 +426,470 @@ func handOffWindow(t *testing.T, cfg netpoll.Config, at, ev string) {
 	}
 	s.Shutdown(context.Background())
 	sl.check(t)
+}
+
+// idleCase is an event that comes while a connection is idle, and what the
+// handler does about it.
+type idleCase struct {
+	name string
+	// arm runs in the first call, after the echo: it may set a deadline.
+	arm func(c net.Conn)
+	// event happens on the client once the connection is idle.
+	event func(t *testing.T, client net.Conn)
+	// onErr is the handler's answer to a Read error: it may write and
+	// clear the deadline. It returns what the handler returns.
+	onErr func(c net.Conn, err error) error
+	// then checks the client side after the event and returns the calls
+	// the connection must have had when it is done.
+	then func(t *testing.T, client net.Conn) (calls int64)
+	wantErr error // what the second call's Read met
+	closed  bool  // the server closes the connection
+}
+
+// TestServeIdleEvents ends an idle connection's wait with each event it
+// must see, exactly once and with the error the Conn gives: the peer's EOF
+// and reset (the hand-off's socket check must leave the reset for Read),
+// the idle timeout (a read deadline), and an idle timeout the handler
+// answers with a ping and no new deadline. A handler that returns nil
+// after EOF, a reset or a past deadline has its connection closed (it
+// would otherwise be called again at once, for ever).
+func TestServeIdleEvents(t *testing.T) {
+	forget := func(net.Conn, error) error { return nil }
+	eof := func(t *testing.T, client net.Conn) int64 {
+		if _, err := client.Read(make([]byte, 1)); err != io.EOF {
+			t.Errorf("client read %v, want EOF", err)
+		}
+		return 2
+	}
+	cases := []idleCase{
+		{name: "eof", event: func(t *testing.T, c net.Conn) { c.(*net.TCPConn).CloseWrite() },
+			onErr: forget, then: eof, wantErr: io.EOF, closed: true},
+		{name: "reset", event: func(t *testing.T, c net.Conn) {
+			c.(*net.TCPConn).SetLinger(0)
+			c.Close()
+		}, onErr: forget, then: func(*testing.T, net.Conn) int64 { return 2 }, wantErr: syscall.ECONNRESET, closed: true},
+		{name: "timeout", arm: func(c net.Conn) { c.SetReadDeadline(time.Now().Add(20 * time.Millisecond)) },
+			onErr: forget, then: eof, wantErr: os.ErrDeadlineExceeded, closed: true},
+		{name: "timeout-ping", arm: func(c net.Conn) { c.SetReadDeadline(time.Now().Add(20 * time.Millisecond)) },
+			onErr: func(c net.Conn, err error) error {
+				if !errors.Is(err, os.ErrDeadlineExceeded) {
+					return err
+				}
+				c.SetReadDeadline(time.Time{})
+				_, err = c.Write([]byte("ping"))
+				return err
+			},
+			then: func(t *testing.T, client net.Conn) int64 {
+				got := make([]byte, 4)
+				if _, err := io.ReadFull(client, got); err != nil || string(got) != "ping" {
+					t.Fatalf("client read %q, %v; want ping", got, err)
+				}
+				roundTrip(t, client, []byte("after the ping"))
+				return 3
+			}, wantErr: os.ErrDeadlineExceeded},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			eachServeConfig(t, func(t *testing.T, cfg netpoll.Config) { idleEvent(t, cfg, tc) })
+		})
+	}
+}
+
+func idleEvent(t *testing.T, cfg netpoll.Config, tc idleCase) {
+	g := newGroup(t, cfg)
+	done, stop := watchdog(t, 20*time.Second)
+	defer done()
+	sl := newStateLog()
+	var calls atomic.Int64
+	errs := make(chan error, 4)
+	s := &netpoll.Server{ConnState: sl.hook, Handler: netpoll.HandlerFunc(func(c net.Conn) error {
+		n := calls.Add(1)
+		var buf [64]byte
+		k, err := c.Read(buf[:])
+		if err != nil {
+			errs <- err
+			return tc.onErr(c, err)
+		}
+		if _, err := c.Write(buf[:k]); err != nil {
+			return err
+		}
+		if n == 1 && tc.arm != nil {
+			tc.arm(c)
+		}
+		return nil
+	})}
+	l := listen(t, g, "tcp")
+	serveOn(t, s, l)
+	client, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	roundTrip(t, client, []byte("hello"))
+	server := sl.conn(t, 0, stop)
+	if tc.event != nil {
+		if !netpoll.AwaitReadState(server, "serve", stop) {
+			t.Fatal("the connection never went idle")
+		}
+		tc.event(t, client)
+	}
+	want := tc.then(t, client)
+	select {
+	case err := <-errs:
+		if !errors.Is(err, tc.wantErr) {
+			t.Errorf("the handler's Read met %v, want %v", err, tc.wantErr)
+		}
+	case <-stop:
+		t.Fatal("the handler never met the event")
+	}
+	if tc.closed {
+		if !await(stop, func() bool { return sl.closed.Load() == 1 }) {
+			t.Fatal("the connection was not closed")
+		}
+	} else if !netpoll.AwaitReadState(server, "serve", stop) {
+		t.Fatal("the connection never went idle again")
+	}
+	if n := calls.Load(); n != want {
+		t.Errorf("%d handler calls, want %d", n, want)
+	}
+	client.Close()
+	if !await(stop, func() bool { return sl.closed.Load() == 1 }) {
+		t.Fatal("the connection was not closed after the client's")
+	}
+	sl.check(t)
+}
+
+// TestServeHandlerChoices covers what a handler may do: block mid-request
+// (the connection is active, never cut off), close its connection, panic
+// (logged; that connection closed, the others served), and leave the
+// connection to another goroutine that writes to it while it is idle, up
+// to backpressure that parks only that writer.
+func TestServeHandlerChoices(t *testing.T) {
+	eachServeConfig(t, func(t *testing.T, cfg netpoll.Config) {
+		g := newGroup(t, cfg)
+		done, stop := watchdog(t, 30*time.Second)
+		defer done()
+		sl := newStateLog()
+		var logged bytes.Buffer
+		var logMu sync.Mutex
+		s := &netpoll.Server{ConnState: sl.hook, ErrorLog: log.New(lockedWriter{&logMu, &logged}, "", 0),
+			Handler: netpoll.HandlerFunc(func(c net.Conn) error {
+				var hdr [1]byte
+				if _, err := io.ReadFull(c, hdr[:]); err != nil {
+					return err
+				}
+				switch hdr[0] {
+				case 'b': // a body of 4 bytes follows, perhaps later
+					body := make([]byte, 4)
+					if _, err := io.ReadFull(c, body); err != nil {
+						return err
+					}
+					_, err := c.Write(body)
+					return err
+				case 'c':
+					c.Write([]byte("bye"))
+					return c.Close()
+				case 'p':
+					panic("boom")
+				}
+				_, err := c.Write(hdr[:])
+				return err
+			})}
+		l := listen(t, g, "tcp")
+		serveOn(t, s, l)
+		dial := func() net.Conn {
+			c, err := net.Dial("tcp", l.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			return c
+		}
+
+		// Blocks mid-request.
+		c0 := dial()
+		c0.Write([]byte("b"))
+		s0 := sl.conn(t, 0, stop)
+		if !netpoll.AwaitReadState(s0, "waiting", stop) {
+			t.Fatal("the handler never parked mid-request")
+		}
+		if st := s.Stats(); st.Running != 1 {
+			t.Errorf("stats %+v with a handler parked mid-request: want 1 running", st)
+		}
+		c0.Write([]byte("body"))
+		got := make([]byte, 4)
+		if _, err := io.ReadFull(c0, got); err != nil || string(got) != "body" {
+			t.Fatalf("echo of the body %q, %v", got, err)
+		}
+
+		// Closes its connection.
+		c1 := dial()
+		c1.Write([]byte("c"))
+		if b, err := io.ReadAll(c1); err != nil || string(b) != "bye" {
+			t.Errorf("client of a handler that closes read %q, %v; want bye, EOF", b, err)
+		}
+
+		// Panics.
+		c2 := dial()
+		c2.Write([]byte("p"))
+		if b, err := io.ReadAll(c2); err != nil || len(b) != 0 {
+			t.Errorf("client of a panicking handler read %q, %v; want EOF", b, err)
+		}
+		if st := s.Stats(); st.Panics != 1 {
+			t.Errorf("stats %+v: want 1 panic", st)
+		}
+		logMu.Lock()
+		if !strings.Contains(logged.String(), "panic serving") || !strings.Contains(logged.String(), "boom") {
+			t.Errorf("log %q: want the panic and its value", logged.String())
+		}
+		logMu.Unlock()
+		roundTrip(t, c0, []byte("x")) // the others are still served
+
+		// Another goroutine writes to an idle connection, up to
+		// backpressure: only it parks; no handler runs.
+		if !netpoll.AwaitReadState(s0, "serve", stop) {
+			t.Fatal("connection 0 never went idle")
+		}
+		starts := s.Stats().HandlerStarts
+		push := bytes.Repeat([]byte("push"), 4<<20/4)
+		pushed := make(chan error, 1)
+		go func() {
+			_, err := s0.Write(push)
+			pushed <- err
+		}()
+		if !netpoll.AwaitWriteState(s0, "waiting", stop) {
+			t.Fatal("the writer never parked on backpressure")
+		}
+		if st := s.Stats(); st.HandlerStarts != starts || st.Running != 0 || netpoll.ReadState(s0) != "serve" {
+			t.Errorf("stats %+v, read state %s while a writer is parked: want no handler start, none running, serve", st, netpoll.ReadState(s0))
+		}
+		got = make([]byte, len(push))
+		if _, err := io.ReadFull(c0, got); err != nil || !bytes.Equal(got, push) {
+			t.Fatalf("client read of the push: %v", err)
+		}
+		if err := <-pushed; err != nil {
+			t.Fatalf("push: %v", err)
+		}
+		if st := s.Stats(); st.HandlerStarts != starts {
+			t.Errorf("%d handler starts after the push, %d before: write readiness started a handler", st.HandlerStarts, starts)
+		}
+
+		// A Read from outside the handler on an idle connection fails
+		// and leaves it served.
+		if _, err := s0.Read(make([]byte, 1)); err == nil || !strings.Contains(err.Error(), "outside its handler") {
+			t.Errorf("Read outside the handler: %v, want the served error", err)
+		}
+		roundTrip(t, c0, []byte("y"))
+		if !await(stop, func() bool { return sl.closed.Load() == 2 }) {
+			t.Fatalf("%d connections closed, want 2 (the closer and the panicker)", sl.closed.Load())
+		}
+		s.Close()
+		if !await(stop, func() bool { return sl.closed.Load() == 3 }) {
+			t.Fatalf("%d connections closed after Close, want 3", sl.closed.Load())
+		}
+		sl.check(t)
+	})
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (lw lockedWriter) Write(b []byte) (int, error) {
+	lw.mu.Lock()
+	defer lw.mu.Unlock()
+	return lw.w.Write(b)
+}
+
+// TestServeShutdown: Shutdown closes the idle connections at once, waits
+// for a handler parked mid-request until it returns, then returns nil; a
+// Shutdown whose context ends first returns the context's error. Serve
+// returns ErrServerClosed, and a Serve after it at once.
+func TestServeShutdown(t *testing.T) {
+	for _, impl := range []string{"netpoll", "net"} {
+		t.Run("impl="+impl, func(t *testing.T) {
+			done, stop := watchdog(t, 30*time.Second)
+			defer done()
+			sl := newStateLog()
+			s := &netpoll.Server{ConnState: sl.hook, Handler: netpoll.HandlerFunc(func(c net.Conn) error {
+				var b [2]byte // a request is two bytes, perhaps in two segments
+				if _, err := io.ReadFull(c, b[:]); err != nil {
+					return err
+				}
+				_, err := c.Write(b[:])
+				return err
+			})}
+			l := serveListener(t, impl)
+			served := make(chan error, 1)
+			go func() { served <- s.Serve(l) }()
+			var clients []net.Conn
+			for range 4 {
+				c, err := net.Dial("tcp", l.Addr().String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				roundTrip(t, c, []byte("hi"))
+				clients = append(clients, c)
+			}
+			if !await(stop, func() bool { return s.Stats().Idle == 4 }) {
+				t.Fatalf("stats %+v: want 4 idle", s.Stats())
+			}
+			busy := clients[3]
+			busy.Write([]byte("a")) // half a request: its handler parks
+			if !await(stop, func() bool { return s.Stats().Running == 1 }) {
+				t.Fatal("the busy connection's handler never ran")
+			}
+			shut := make(chan error, 1)
+			go func() { shut <- s.Shutdown(context.Background()) }()
+			for _, c := range clients[:3] {
+				if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+					t.Errorf("idle client read %v after Shutdown, want EOF", err)
+				}
+			}
+			if !await(stop, func() bool { return sl.closed.Load() == 3 }) {
+				t.Fatalf("%d closed, want the 3 idle", sl.closed.Load())
+			}
+			select {
+			case err := <-shut:
+				t.Fatalf("Shutdown returned %v with a handler parked mid-request", err)
+			default:
+			}
+			busy.Write([]byte("b"))
+			got := make([]byte, 2)
+			if _, err := io.ReadFull(busy, got); err != nil || string(got) != "ab" {
+				t.Fatalf("busy client read %q, %v: the request must complete", got, err)
+			}
+			if err := <-shut; err != nil {
+				t.Errorf("Shutdown: %v", err)
+			}
+			if _, err := busy.Read(make([]byte, 1)); err != io.EOF {
+				t.Errorf("busy client read %v after its request, want EOF", err)
+			}
+			if err := <-served; !errors.Is(err, netpoll.ErrServerClosed) {
+				t.Errorf("Serve returned %v, want ErrServerClosed", err)
+			}
+			if err := s.Serve(l); !errors.Is(err, netpoll.ErrServerClosed) {
+				t.Errorf("Serve after Shutdown returned %v, want ErrServerClosed", err)
+			}
+			if st := s.Stats(); st.Conns != 0 || st.Idle != 0 || st.Running != 0 {
+				t.Errorf("stats %+v after Shutdown: want nothing open", st)
+			}
+			sl.check(t)
+
+			// A context that ends first.
+			s2 := &netpoll.Server{Handler: s.Handler}
+			l2 := serveListener(t, impl)
+			go s2.Serve(l2)
+			c, err := net.Dial("tcp", l2.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.Write([]byte("a"))
+			if !await(stop, func() bool { return s2.Stats().Running == 1 }) {
+				t.Fatal("the handler never ran")
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			if err := s2.Shutdown(ctx); !errors.Is(err, context.Canceled) {
+				t.Errorf("Shutdown with a canceled context: %v, want context.Canceled", err)
+			}
+			s2.Close()
+			if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+				t.Errorf("client read %v after Close, want EOF", err)
+			}
+			if !await(stop, func() bool { return s2.Stats().Conns == 0 }) {
+				t.Errorf("stats %+v after Close", s2.Stats())
+			}
+		})
+	}
+}
+
+// serveListener listens on a fresh local TCP address with this package
+// (a group of its own) or package net (the fallback).
+func serveListener(t *testing.T, impl string) net.Listener {
+	if impl == "netpoll" {
+		return listen(t, newGroup(t, netpoll.Config{}), "tcp")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// TestServeFallback runs the same handlers on package net's connections:
+// one goroutine per connection, waiting without a buffer, with the same
+// policy: echo on many connections, EOF and a past deadline close, an idle
+// timeout calls the handler.
+func TestServeFallback(t *testing.T) {
+	done, stop := watchdog(t, 30*time.Second)
+	defer done()
+	goroutines := runtime.NumGoroutine()
+	sl := newStateLog()
+	var calls atomic.Int64
+	s := &netpoll.Server{ConnState: sl.hook, Handler: netpoll.HandlerFunc(func(c net.Conn) error {
+		calls.Add(1)
+		var buf [64]byte
+		n, err := c.Read(buf[:])
+		if err != nil {
+			return nil // forgetful: the policy closes it
+		}
+		if string(buf[:n]) == "deadline" {
+			c.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+		}
+		_, err = c.Write(buf[:n])
+		return err
+	})}
+	l := serveListener(t, "net")
+	serveOn(t, s, l)
+	const conns = 20
+	var clients []net.Conn
+	for i := range conns {
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		for r := range 3 {
+			roundTrip(t, c, fmt.Appendf(nil, "conn %d round %d", i, r))
+		}
+		clients = append(clients, c)
+	}
+	if !await(stop, func() bool { return s.Stats().Idle == conns }) {
+		t.Fatalf("stats %+v: want %d idle", s.Stats(), conns)
+	}
+	if st := s.Stats(); st.HandlerStarts != 3*conns || st.HandOffs != 0 {
+		t.Errorf("stats %+v: want %d starts and no hand-offs (the fallback keeps its goroutines)", st, 3*conns)
+	}
+	// EOF: one call that meets it, then closed.
+	before := calls.Load()
+	clients[0].(*net.TCPConn).CloseWrite()
+	if _, err := clients[0].Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("client read %v after its CloseWrite, want EOF", err)
+	}
+	// Idle timeout: one call whose Read times out, then closed (the
+	// handler returned with the deadline past).
+	roundTrip(t, clients[1], []byte("deadline"))
+	if _, err := clients[1].Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("client read %v after the idle timeout, want EOF", err)
+	}
+	if !await(stop, func() bool { return sl.closed.Load() == 2 }) {
+		t.Fatalf("%d closed, want 2", sl.closed.Load())
+	}
+	if n := calls.Load() - before; n != 3 {
+		t.Errorf("%d calls for EOF, the deadline request and its timeout; want 3", n)
+	}
+	for _, c := range clients {
+		c.Close()
+	}
+	if !await(stop, func() bool { return sl.closed.Load() == conns }) {
+		t.Fatalf("%d closed, want %d", sl.closed.Load(), conns)
+	}
+	sl.check(t)
+	s.Close()
+	awaitGoroutines(t, goroutines+1) // the Serve goroutine ends at cleanup
 }
