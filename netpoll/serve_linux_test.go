@@ -441,7 +441,7 @@ type idleCase struct {
 	onErr func(c net.Conn, err error) error
 	// then checks the client side after the event and returns the calls
 	// the connection must have had when it is done.
-	then func(t *testing.T, client net.Conn) (calls int64)
+	then    func(t *testing.T, client net.Conn) (calls int64)
 	wantErr error // what the second call's Read met
 	closed  bool  // the server closes the connection
 }
