@@ -1,13 +1,16 @@
 // Command echoserver is a goroutine-per-connection echo server on package
 // net or on a netpoll group, for load tests from another process
 // (cmd/loadgen). It prints the address it listens on and, with -lifetime,
-// exits by itself.
+// exits by itself. With -ondemand it serves with a netpoll.Server instead:
+// a handler call per readable connection, which echoes one Read.
 //
 //	echoserver -impl netpoll -mode oneshot -addr 127.0.0.1:7000 -lifetime 30s
+//	echoserver -ondemand -buf 4096
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,6 +20,7 @@ import (
 	"sync"
 
 	"github.com/edgepoll/edgepoll/internal/servecmd"
+	"github.com/edgepoll/edgepoll/netpoll"
 )
 
 func main() {
@@ -44,6 +48,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f.Register(fs, "127.0.0.1:0")
 	bufSize := fs.Int("buf", 64<<10, "read buffer per connection")
 	waitRead := fs.Bool("waitread", false, "wait for readability with Conn.WaitRead, holding no buffer, and take one from a pool only to read and echo (needs -impl netpoll)")
+	onDemand := fs.Bool("ondemand", false, "serve with netpoll.Server: a handler call per readable connection takes a buffer from a pool, echoes one Read and returns, so an idle connection holds no buffer, and no goroutine with -impl netpoll (-impl net: the Server's fallback, a goroutine per connection)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -52,6 +57,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *bufSize < 1 {
 		return fmt.Errorf("bad -buf %d: want at least 1", *bufSize)
+	}
+	if *onDemand && *waitRead {
+		return errors.New("-ondemand and -waitread are two ways to wait without a buffer: choose one")
 	}
 	if *waitRead && f.Impl != "netpoll" {
 		// Package net's Read of an empty slice returns at once: a wait
@@ -65,8 +73,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	defer s.Close()
 	s.Announce(stdout, "echoserver")
 
+	pool := sync.Pool{New: func() any { b := make([]byte, *bufSize); return &b }}
+	if *onDemand {
+		return s.ServeOnDemand(ctx, echoOnDemand(&pool))
+	}
 	if *waitRead {
-		pool := sync.Pool{New: func() any { b := make([]byte, *bufSize); return &b }}
 		return s.Serve(ctx, func(_ context.Context, c net.Conn) { echoWaiting(c.(readWaiter), &pool) })
 	}
 	return s.Serve(ctx, func(_ context.Context, c net.Conn) { echo(c, *bufSize) })
@@ -94,6 +105,25 @@ func echoWaiting(c readWaiter, pool *sync.Pool) {
 		if err != nil {
 			return
 		}
+	}
+}
+
+// echoOnDemand is echo as a netpoll.Server's handler: called when a
+// connection is readable, it takes a buffer from pool, writes back what
+// one Read returns and gives the buffer back. nil waits for more; a Read
+// or Write error (EOF too) closes the connection. What one Read leaves
+// queued calls it again.
+func echoOnDemand(pool *sync.Pool) netpoll.HandlerFunc {
+	return func(c net.Conn) error {
+		bp := pool.Get().(*[]byte)
+		n, err := c.Read(*bp)
+		if n > 0 {
+			if _, werr := c.Write((*bp)[:n]); werr != nil {
+				err = werr
+			}
+		}
+		pool.Put(bp)
+		return err
 	}
 }
 

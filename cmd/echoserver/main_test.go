@@ -10,6 +10,8 @@ import (
 	"os"
 	"regexp"
 	"runtime"
+	"runtime/pprof"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,11 +22,18 @@ import (
 // address it announced.
 func startServer(t *testing.T, args ...string) (addr string) {
 	t.Helper()
+	return startServerTo(t, io.Discard, args...)
+}
+
+// startServerTo is startServer with the server's stderr going to stderr,
+// which the test may read once it has ended.
+func startServerTo(t *testing.T, stderr io.Writer, args ...string) (addr string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		err := serve(ctx, args, pw, io.Discard)
+		err := serve(ctx, args, pw, stderr)
 		pw.CloseWithError(fmt.Errorf("serve returned: %v", err))
 		done <- err
 	}()
@@ -68,6 +77,12 @@ func TestEcho(t *testing.T) {
 		{"-impl", "netpoll", "-pollers", "2", "-sharing", "exclusive", "-wait", "block"},
 		{"-impl", "netpoll", "-waitread", "-buf", "100"},
 		{"-impl", "netpoll", "-mode", "lt", "-wait", "inline", "-waitread"},
+		{"-impl", "netpoll", "-ondemand"},
+		{"-impl", "netpoll", "-ondemand", "-buf", "100"},
+		{"-impl", "netpoll", "-mode", "oneshot", "-ondemand", "-buf", "100", "-zerocopy=false"},
+		{"-impl", "netpoll", "-mode", "lt", "-wait", "inline", "-ondemand", "-buf", "100"},
+		{"-impl", "net", "-ondemand"},
+		{"-impl", "net", "-ondemand", "-buf", "100", "-zerocopy=false"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			goroutines, fds := runtime.NumGoroutine(), countFDs(t)
@@ -144,6 +159,8 @@ func TestBadFlags(t *testing.T) {
 		{"-sharing exclusive -wait nested", "epoll_wait"},
 		{"-buf 0", "-buf 0"},
 		{"-impl net -waitread", "-waitread needs -impl netpoll"},
+		{"-ondemand -waitread", "-ondemand and -waitread"},
+		{"-impl net -waitread -ondemand", "-ondemand and -waitread"},
 		{"extra", "unexpected"},
 	} {
 		err := run(strings.Fields(tt.args), io.Discard, io.Discard)
@@ -151,6 +168,91 @@ func TestBadFlags(t *testing.T) {
 			t.Errorf("run(%s) = %v, want an error mentioning %s", tt.args, err, tt.want)
 		}
 	}
+}
+
+// TestOnDemand: with -ondemand, connections that have echoed and gone
+// quiet hold no handler goroutine on netpoll's listener and one each on
+// package net's (the Server's fallback), and -stats prints the Server's
+// counters as they were when it stopped.
+func TestOnDemand(t *testing.T) {
+	const conns = 20
+	for _, tt := range []struct {
+		impl  string
+		stats *regexp.Regexp
+	}{
+		{"netpoll", regexp.MustCompile(`(?m)^netpoll server stats: conns=20 idle=20 running=0 handler-starts=(\d+) hand-offs=(\d+) hand-off-checks=\d+ hand-off-skips=\d+ panics=0$`)},
+		{"net", regexp.MustCompile(`(?m)^netpoll server stats: conns=20 idle=\d+ running=\d+ handler-starts=(\d+) hand-offs=(0) hand-off-checks=0 hand-off-skips=0 panics=0$`)},
+	} {
+		t.Run(tt.impl, func(t *testing.T) {
+			var stderr bytes.Buffer
+			var cs []net.Conn
+			defer func() {
+				for _, c := range cs {
+					c.Close()
+				}
+			}()
+			t.Run("serve", func(t *testing.T) {
+				addr := startServerTo(t, &stderr, "-impl", tt.impl, "-ondemand", "-stats", "-buf", "100")
+				for i := range conns {
+					c, err := net.Dial("tcp", addr)
+					if err != nil {
+						t.Fatal(err)
+					}
+					cs = append(cs, c)
+					// Longer than -buf: one handler call echoes 100 bytes,
+					// and the rest calls it again.
+					msg := bytes.Repeat([]byte{byte(i)}, 250)
+					got := make([]byte, len(msg))
+					if _, err := c.Write(msg); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, msg) {
+						t.Fatalf("conn %d: %v, echo differs", i, err)
+					}
+				}
+				// Handlers return once their echoes are out; the fallback's
+				// goroutines start waiting.
+				want := map[string]int{"netpoll": 0, "net": conns}[tt.impl]
+				n := handlerGoroutines(t)
+				for end := time.Now().Add(5 * time.Second); n != want && time.Now().Before(end); n = handlerGoroutines(t) {
+					time.Sleep(time.Millisecond)
+				}
+				if n != want {
+					t.Errorf("%d idle connections on -impl %s: %d handler goroutines, want %d", conns, tt.impl, n, want)
+				}
+			})
+			m := tt.stats.FindStringSubmatch(stderr.String())
+			if m == nil {
+				t.Fatalf("stderr lacks the Server's counters matching %s:\n%s", tt.stats, stderr.String())
+			}
+			if starts, _ := strconv.Atoi(m[1]); starts < 2*conns {
+				t.Errorf("%d handler calls, want at least 2 per connection (one Read of 100 bytes each time, 250 sent)", starts)
+			}
+			if handOffs, _ := strconv.Atoi(m[2]); tt.impl == "netpoll" && handOffs < conns {
+				t.Errorf("%d hand-offs, want one per connection at least", handOffs)
+			}
+		})
+	}
+}
+
+// handlerGoroutines counts the goroutines labelled netpoll=handler, which
+// netpoll.Server runs handlers on (and its fallback waits on).
+func handlerGoroutines(t *testing.T) int {
+	t.Helper()
+	var b bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&b, 1); err != nil {
+		t.Fatal(err)
+	}
+	// Records are "N @ pcs" followed by "# labels: {...}" if labelled.
+	n, count := 0, 0
+	for _, l := range strings.Split(b.String(), "\n") {
+		if c, _, ok := strings.Cut(l, " @ "); ok {
+			count, _ = strconv.Atoi(c)
+		} else if l == `# labels: {"netpoll":"handler"}` {
+			n += count
+		}
+	}
+	return n
 }
 
 func countFDs(t *testing.T) int {

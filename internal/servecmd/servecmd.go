@@ -1,7 +1,9 @@
 // Package servecmd is what the goroutine-per-connection servers in cmd/
 // share: the flags that choose package net or a netpoll group (with the
 // netpoll Config as flags), the listener, a CPU profile and a lifetime
-// after which the server exits by itself.
+// after which the server exits by itself. ServeOnDemand serves the same
+// listener with a netpoll.Server instead, a handler call per readable
+// connection.
 package servecmd
 
 import (
@@ -10,6 +12,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"os"
 	"runtime/pprof"
@@ -49,7 +52,7 @@ func (f *Flags) Register(fs *flag.FlagSet, defaultAddr string) {
 	fs.StringVar(&f.Addr, "addr", defaultAddr, "address to listen on")
 	fs.DurationVar(&f.Lifetime, "lifetime", 0, "exit after this long (0: run until interrupted)")
 	fs.StringVar(&f.CPUProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
-	fs.BoolVar(&f.Stats, "stats", false, "print the netpoll group's counters to stderr on exit")
+	fs.BoolVar(&f.Stats, "stats", false, "print the netpoll group's counters to stderr on exit (and, serving on demand, the netpoll.Server's)")
 	fs.BoolVar(&f.ZeroCopy, "zerocopy", true, "false hides the connections' ReadFrom and WriteTo, so io.Copy, http.FileServer and proxies copy through user space instead of sendfile and splice (netpoll as it was before them)")
 }
 
@@ -231,6 +234,61 @@ func (s *Server) Serve(ctx context.Context, handle func(ctx context.Context, c n
 	mu.Unlock()
 	conns.Wait()
 	return err
+}
+
+// ShutdownGrace is how long ServeOnDemand's Shutdown lets running
+// handlers finish before Close cuts their connections.
+const ShutdownGrace = time.Second
+
+// ServeOnDemand serves s.Listener with a netpoll.Server running h until
+// the lifetime passes, ctx ends or Serve fails: on netpoll's listener an
+// idle connection holds no goroutine; on package net's the Server's
+// fallback waits in a goroutine per connection, with no buffer. Then,
+// with -stats, it prints the Server's counters as they are when it stops;
+// Shutdown closes the listener and the idle connections and waits up to
+// ShutdownGrace for the running handlers, Close cuts those left, and it
+// waits for their handlers to return. Errors of handlers close their
+// connections; panics and retried accept errors go to stderr. It returns
+// Serve's error, or nil for a close.
+func (s *Server) ServeOnDemand(ctx context.Context, h netpoll.Handler) error {
+	l := s.Listener
+	if cl, ok := l.(copyListener); ok {
+		// The Server must see netpoll's own Conn to serve it with no
+		// goroutine (and a syscall.Conn for its fallback): it serves the
+		// listener under copyListener, and h gets what it would have
+		// accepted.
+		l = cl.Listener
+		inner := h
+		h = netpoll.HandlerFunc(func(c net.Conn) error { return inner.ServeConn(CopyOnly(c)) })
+	}
+	srv := &netpoll.Server{Handler: h, ErrorLog: log.New(s.stderr, "", log.LstdFlags)}
+	served := make(chan error, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		served <- srv.Serve(l)
+	}()
+	err := s.Wait(ctx, served)
+	if s.flags.Stats {
+		PrintServerStats(s.stderr, srv.Stats())
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), ShutdownGrace)
+	defer cancel()
+	if srv.Shutdown(sctx) != nil {
+		srv.Close()
+		// Close does not wait: Shutdown again waits for the handlers
+		// whose connections it closed, as Serve waits for its own.
+		srv.Shutdown(context.Background())
+	}
+	<-done
+	return err
+}
+
+// PrintServerStats writes a netpoll.Server's counters as one line of
+// key=value pairs.
+func PrintServerStats(w io.Writer, st netpoll.ServerStats) {
+	fmt.Fprintf(w, "netpoll server stats: conns=%d idle=%d running=%d handler-starts=%d hand-offs=%d hand-off-checks=%d hand-off-skips=%d panics=%d\n",
+		st.Conns, st.Idle, st.Running, st.HandlerStarts, st.HandOffs, st.HandOffChecks, st.HandOffSkips, st.Panics)
 }
 
 // copyListener accepts connections that show only net.Conn's methods, so
