@@ -31,6 +31,13 @@ var servers = []server{
 	// The default waiting for readability with no buffer (Conn.WaitRead),
 	// taking one from a pool to echo: the idle experiment's buffer-free row.
 	{"waitread", "cfg=waitread/impl=netpoll/mode=et/spin=auto/waitread=on", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-waitread"}, nil},
+	// The default serving on demand (netpoll.Server): a handler call per
+	// readable connection echoes one Read with a buffer from a pool, and
+	// an idle connection holds no goroutine and no buffer. ondemand-net is
+	// the same on package net's listener, the Server's fallback: a
+	// goroutine per connection that waits with no buffer.
+	{"ondemand", "cfg=ondemand/impl=netpoll/mode=et/spin=auto/ondemand=on", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-ondemand"}, nil},
+	{"ondemand-net", "cfg=ondemand-net/impl=net/ondemand=on", "echoserver", []string{"-impl", "net", "-ondemand"}, nil},
 	// Short-read skipping off (it is on in every netpoll configuration above).
 	{"et-noskip", "cfg=et-noskip/impl=netpoll/mode=et/spin=0/shortread=off", "echoserver", []string{"-impl", "netpoll", "-mode", "et", "-spin", "0", "-shortread", "off"}, nil},
 	{"auto-noskip", "cfg=auto-noskip/impl=netpoll/mode=et/spin=auto/shortread=off", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-shortread", "off"}, nil},

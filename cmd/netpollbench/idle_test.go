@@ -12,9 +12,10 @@ import (
 	"unicode/utf8"
 )
 
-// TestIdle measures 200 idle connections on net and et, next to a server
-// whose binary is not there and one that refuses its flags: those two are
-// failures, shown as missing, never as zero.
+// TestIdle measures 200 idle connections on net, et and the on-demand
+// echo servers, next to a server whose binary is not there and one that
+// refuses its flags: those two are failures, shown as missing, never as
+// zero.
 func TestIdle(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds echoserver and runs processes; skipped with -short")
@@ -26,7 +27,7 @@ func TestIdle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srvs, err := pickServers([]string{"net", "et"})
+	srvs, err := pickServers([]string{"net", "et", "ondemand", "ondemand-net"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,6 +35,7 @@ func TestIdle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	measured := len(srvs)
 	bins["nothere"] = filepath.Join(t.TempDir(), "nothere")
 	srvs = append(srvs,
 		server{name: "nothere", label: "cfg=nothere", bin: "nothere"},
@@ -48,7 +50,7 @@ func TestIdle(t *testing.T) {
 	if len(rows) != len(srvs) {
 		t.Fatalf("%d rows, want one per server (%d)", len(rows), len(srvs))
 	}
-	for _, row := range rows[:2] {
+	for _, row := range rows[:measured] {
 		if row.err != nil {
 			t.Errorf("%s: %v", row.cfg, row.err)
 			continue
@@ -62,7 +64,7 @@ func TestIdle(t *testing.T) {
 			t.Errorf("%s: benchmark line %q", row.cfg, l)
 		}
 	}
-	for _, row := range rows[2:] {
+	for _, row := range rows[measured:] {
 		if row.err == nil {
 			t.Errorf("%s: measured (RSS %d -> %d), want a failure", row.cfg, row.rssBefore, row.rssAfter)
 		}

@@ -501,6 +501,8 @@ func TestBadFlags(t *testing.T) {
 		{"-rates 2000,closed,0", "closed twice"},
 		{"-rates 2e3,2000", "2000 twice"},
 		{"-http gnet", `"gnet" does not serve net/http`},
+		{"-configs net,ondemand -http ondemand", `"ondemand" does not serve net/http`},
+		{"-configs net,ondemand-net -http ondemand-net", `"ondemand-net" does not serve net/http`},
 		{"-configs net -http et", `"et" is not among -configs`},
 		{"-runtime maybe", "-runtime"},
 		{"-idle -3", "-idle"},
@@ -645,6 +647,66 @@ func TestPlanPinOff(t *testing.T) {
 		if !seen[want] {
 			t.Errorf("no cell %s among %v", want, seen)
 		}
+	}
+}
+
+// TestBufferFreeConfigs: the echo server's buffer-free configurations
+// (waitread, ondemand, ondemand-net) pass their flags, join the echo cells
+// and the idle experiment, and stay out of net/http's cells (cmd/httpserver
+// has none of their flags) and the sweep's.
+func TestBufferFreeConfigs(t *testing.T) {
+	want := map[string]string{
+		"waitread":     "-impl netpoll -spin auto -waitread",
+		"ondemand":     "-impl netpoll -spin auto -ondemand",
+		"ondemand-net": "-impl net -ondemand",
+	}
+	names := []string{"net", "auto", "waitread", "ondemand", "ondemand-net"}
+	p, srvs := testPlan(t, "-runtime", "off", "-pin", "on", "-configs", strings.Join(names, ","))
+	for _, s := range srvs {
+		if w, ok := want[s.name]; ok && (s.bin != "echoserver" || strings.Join(s.args, " ") != w || !strings.HasPrefix(s.label, "cfg="+s.name+"/")) {
+			t.Errorf("%s: %s %q, label %q; want echoserver %s", s.name, s.bin, s.args, s.label, w)
+		}
+	}
+	has := func(ss []server, n string) bool {
+		return slices.ContainsFunc(ss, func(s server) bool { return s.name == n })
+	}
+	for n := range want {
+		for _, c := range []cell{{conns: 1, size: 64}, {conns: 50, size: 64}, {conns: 1, size: 64, unpinned: true}} {
+			if cp := p.find(c); cp == nil || !has(cp.srvs, n) {
+				t.Errorf("%s is not in the cell %s", n, c.short())
+			}
+		}
+		if !has(p.idle, n) {
+			t.Errorf("%s is not in the idle experiment", n)
+		}
+		if slices.Contains(httpConfigs, n) || slices.Contains(sweepConfigs, n) {
+			t.Errorf("%s is among the net/http or the sweep's configurations", n)
+		}
+	}
+	for _, cp := range p.cells {
+		for n := range want {
+			if (cp.http() || cp.rate > 0) && has(cp.srvs, n) {
+				t.Errorf("%s is in the cell %s", n, cp.short())
+			}
+		}
+	}
+}
+
+// TestPalette: every configuration has a colour of its own.
+func TestPalette(t *testing.T) {
+	seen := map[string]string{}
+	for _, s := range servers {
+		c, ok := palette[s.name]
+		if !ok {
+			t.Errorf("%s has no colour in the palette", s.name)
+			continue
+		}
+		r, g, b, _ := c.RGBA()
+		k := fmt.Sprint(r, g, b)
+		if other, dup := seen[k]; dup {
+			t.Errorf("%s and %s have the same colour", s.name, other)
+		}
+		seen[k] = s.name
 	}
 }
 
