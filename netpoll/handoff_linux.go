@@ -68,23 +68,26 @@ func (sc *serverConn) handOff(returned bool) (idle bool, err error) {
 	}
 	// Drained, and no edge since: nothing to ask the socket. An edge
 	// since may be for data the drained Read already took: ask.
-	if d.skip && dr.drained && d.sticky.Load() == 0 && dr.state.Load() == stIdle {
-		st.skips.Add(1)
-	} else {
-		dr.consume() // the check sees whatever a ready edge announced
-		st.checks.Add(1)
-		if ok, err := d.readable(); err != nil || ok {
-			dr.drained = false
-			return false, err
-		}
-	}
+	ask := !(d.skip && dr.drained && d.sticky.Load() == 0 && dr.state.Load() == stIdle)
 	dr.drained = false
-	sc.setState(StateIdle)
-	if h := testHookHandOff.Load(); h != nil {
-		(*h)(sc, hookBeforeServe)
-	}
-	if !dr.state.CompareAndSwap(stIdle, stServe) {
-		return false, nil // an edge since the check: run
+	for {
+		if ask {
+			dr.consume() // the check sees whatever a ready edge announced
+			st.checks.Add(1)
+			if ok, err := d.readable(); err != nil || ok {
+				return false, err
+			}
+		} else {
+			st.skips.Add(1)
+		}
+		sc.setState(StateIdle)
+		if h := testHookHandOff.Load(); h != nil {
+			(*h)(sc, hookBeforeServe)
+		}
+		if dr.state.CompareAndSwap(stIdle, stServe) {
+			break
+		}
+		ask = true // an edge since the check, perhaps for nothing new: ask again
 	}
 	// From here on, whoever moves the direction out of serve starts the
 	// handler. Close, the deadline and Shutdown are checked after

@@ -2,6 +2,7 @@ package netpoll
 
 import (
 	"os"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -67,14 +68,14 @@ func (c *Conn) WaitRead() error {
 
 // testHookReadable, when set by a test, answers readable for the model's
 // descriptors (fd modelFD) in place of the socket.
-var testHookReadable func(d *desc) (bool, error)
+var testHookReadable atomic.Pointer[func(d *desc) (bool, error)]
 
 // readable asks the socket whether a Read would not park: data or a FIN
 // (POLLIN, POLLRDHUP), a hang-up, or a pending error (POLLERR, which poll
 // reports without clearing it, unlike recv with MSG_PEEK).
 func (d *desc) readable() (bool, error) {
-	if h := testHookReadable; h != nil && d.fd < 0 {
-		return h(d)
+	if h := testHookReadable.Load(); h != nil && d.fd < 0 {
+		return (*h)(d)
 	}
 	return pollReadable(d.fd)
 }

@@ -1,0 +1,104 @@
+package netpoll
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestServeModelCatchesBrokenMachines runs FuzzServeHandOff's seeds
+// against hand-offs broken in one way each, and checks that the model
+// catches every one: the fuzz target would find such a bug.
+func TestServeModelCatchesBrokenMachines(t *testing.T) {
+	// closeWith is desc.close with wake in place of the read direction's
+	// nudge.
+	closeWith := func(wake func(*dir)) func(*desc) error {
+		return func(d *desc) error {
+			for {
+				v := d.ref.Load()
+				if v&refClosing != 0 {
+					<-d.done
+					return nil
+				}
+				if d.ref.CompareAndSwap(v, v|refClosing) {
+					break
+				}
+			}
+			wake(&d.rd)
+			d.wr.nudge()
+			d.decref()
+			<-d.done
+			return nil
+		}
+	}
+	broken := []struct {
+		m    serveMachine
+		want string // in the error the model reports, |-separated alternatives
+	}{
+		{serveMachine{name: "a hand-off that drops a ready edge (stores serve over it)", skip: true,
+			notify: (*dir).notify, close: (*desc).close, check: realServe.check,
+			window: func(dr *dir, at string) {
+				if at == "before-serve" {
+					dr.state.CompareAndSwap(stReady, stIdle)
+				}
+			}}, "stranded"},
+		{serveMachine{name: "a hand-off that skips the socket check", skip: false,
+			notify: (*dir).notify, close: (*desc).close, check: func(int) bool { return false }}, "stranded"},
+		{serveMachine{name: "a Close that starts the handler whatever the state (a readiness and a Close both start one)", skip: true,
+			notify: (*dir).notify, check: realServe.check,
+			close: closeWith(func(dr *dir) {
+				if dr.state.Swap(stIdle) != stWaiting {
+					dr.srv.start(false)
+				} else {
+					dr.send()
+				}
+			})}, "StateClosed reported 2 times|two owners"},
+		{serveMachine{name: "a start by an edge that calls the handler without asking the socket (it parks on a stale edge)", skip: true,
+			close: (*desc).close, check: realServe.check,
+			notify: func(dr *dir) bool {
+				switch dr.state.Swap(stReady) {
+				case stWaiting:
+					dr.send()
+					return true
+				case stServe:
+					dr.srv.start(false)
+					return true
+				}
+				return false
+			}}, "goroutine held while idle"},
+		{serveMachine{name: "a Close that ends the idle wait without starting anyone (the connection leaks)", skip: true,
+			notify: (*dir).notify, check: realServe.check,
+			close: closeWith(func(dr *dir) {
+				if !dr.state.CompareAndSwap(stServe, stIdle) {
+					dr.nudge()
+				}
+			})}, "Close never finished"},
+	}
+	for _, b := range broken {
+		caught := ""
+		for _, s := range serveSeeds {
+			if err := runServeModel(b.m, s, time.Second); err != nil {
+				caught = err.Error()
+				break
+			}
+		}
+		switch {
+		case caught == "":
+			t.Errorf("%s: not caught by any seed", b.m.name)
+		case !matchesAny(caught, b.want):
+			t.Errorf("%s: caught as %q, want %q", b.m.name, caught, b.want)
+		default:
+			t.Logf("%s: caught: %s", b.m.name, caught)
+		}
+	}
+}
+
+// matchesAny reports whether s contains one of the |-separated wants.
+func matchesAny(s, wants string) bool {
+	for w := range strings.SplitSeq(wants, "|") {
+		if strings.Contains(s, w) {
+			return true
+		}
+	}
+	return false
+}
