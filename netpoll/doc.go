@@ -288,6 +288,77 @@
 // too; like any SyscallConn use it turns short-read skipping off for the
 // Conn.
 //
+// # Serving on demand
+//
+// A Server runs a Handler, written in ordinary blocking style, on a
+// goroutine only while a connection has work, so that an idle connection
+// holds no goroutine and no buffer (the programs that hold many idle
+// connections, websockets, push, long poll, otherwise leave
+// goroutine-per-connection for callback libraries for that):
+//
+//	s := &netpoll.Server{Handler: netpoll.HandlerFunc(func(c net.Conn) error {
+//		buf := pool.Get().(*[]byte)
+//		defer pool.Put(buf)
+//		n, err := c.Read(*buf) // blocks as usual if the request is not all here
+//		if err != nil {
+//			return err // closes the connection
+//		}
+//		_, err = c.Write((*buf)[:n])
+//		return err // nil: call me again when there is more
+//	})}
+//	err := s.Serve(l)
+//
+// The guarantees. The handler is called when the connection is readable
+// (data, EOF, an error such as a reset) or its read deadline has passed;
+// write readiness alone never calls it. It may block as long as it likes
+// mid-request, and at most one call runs per connection at a time. When
+// it returns nil, whatever is queued in the socket then, or comes later,
+// calls it again, exactly once: the hand-off asks the socket (poll(2),
+// which leaves a pending reset for the next Read, where recv with MSG_PEEK
+// would consume it) unless the last Read was short and no edge came since,
+// and an edge that may be stale is checked the same way before a call, so
+// a handler never parks in Read on a connection with nothing to read. What
+// a handler keeps in its own buffers (a bufio.Reader's Buffered bytes) the
+// Server cannot see: a handler returns only when they hold nothing it must
+// act on. Per-connection state lives in the handler's own value
+// (Server.NewHandler makes one per connection).
+//
+// Ends. A handler's non-nil error closes the connection; so does a nil
+// return after its Read met EOF or an error, or with its read deadline
+// already past (it would otherwise be called again at once, for ever: a
+// handler that answers an idle timeout, with a ping say, sets a new
+// deadline or none). A read deadline that passes while the connection is
+// idle calls the handler once, whose Read reports the timeout. Close from
+// anywhere ends an idle connection without a call. A panicking handler is
+// logged with its stack (Server.ErrorLog) and its connection closed; the
+// Server goes on, as http.Server does. Server.ConnState reports new,
+// active, idle and closed; closed exactly once per connection, which is
+// the cleanup hook (an idle connection has no stack to defer on).
+// Shutdown closes the listeners and the idle connections and waits for
+// running handlers; Close ends everything at once.
+//
+// Other goroutines may write to an idle connection at any time (push,
+// broadcast); a slow reader's backpressure parks only that writer. A Read
+// from outside the handler while the connection is idle fails (the Server
+// is waiting for it). Server.Conns lists the connections with their
+// states, since an idle one is in no goroutine dump, and handler
+// goroutines carry the pprof label netpoll=handler. Server.Stats counts
+// idle and running connections, handler calls, hand-offs and their socket
+// checks.
+//
+// On another package's connections (package net's listener), Serve falls
+// back to one goroutine per connection that waits for readability with no
+// buffer (SyscallConn().Read with the same poll(2) check) and calls the
+// same handler, so a program can switch with a flag. The Server knows its
+// own connections by their type, *Conn: a listener that wraps them gets
+// the fallback, and one whose connections have no SyscallConn cannot be
+// served.
+//
+// TLS: crypto/tls keeps records and buffers of its own, which the socket
+// check cannot see, so serving a *tls.Conn on demand is not supported
+// (its connections have no SyscallConn); serve the plain stream, or keep
+// a goroutine per TLS connection.
+//
 // # Errors
 //
 // Errors are package net's: *net.OpError around an *os.SyscallError, a bare

@@ -106,7 +106,7 @@ type Server struct {
 // ServerStats counts a Server's connections and work since it started.
 type ServerStats struct {
 	Conns         uint64 // open connections now
-	Idle          uint64 // of those, idle now: on this package's connections, with no goroutine
+	Idle          uint64 // of those, waiting for work now: with no goroutine on this package's connections, with one (and no buffer) in the fallback
 	Running       uint64 // handlers running now
 	HandlerStarts uint64 // handler calls
 	HandOffs      uint64 // times a connection went idle with no goroutine
