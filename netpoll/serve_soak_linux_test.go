@@ -1,0 +1,194 @@
+package netpoll_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math/rand/v2"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/edgepoll/edgepoll/netpoll"
+)
+
+// The on-demand soak's size. The defaults keep `go test -race ./...`
+// short; the full size, 9,000 connections in one process (both ends, two
+// fds each, under the 20,000-fd limit):
+//
+//	cd netpoll && NETPOLL_SERVE_SOAK_CONNS=9000 go test -run TestServeSoak -v -timeout 1h .
+const serveSoakConnsEnv = "NETPOLL_SERVE_SOAK_CONNS"
+
+// TestServeSoak serves connections on demand in every registration mode,
+// with short-read skipping on and off: each client idles a random time
+// (so that most connections are idle at any moment), then sends a
+// checksummed message of random size (sequence number, length, CRC-32,
+// payload) in random segments, and checks the echo, for several rounds.
+// The handler checks every message as it echoes it. Nothing may be lost,
+// corrupted or left hanging, and Shutdown and Group.Close must leave no
+// goroutine and no fd.
+func TestServeSoak(t *testing.T) {
+	conns := 400
+	if raceEnabled {
+		conns = 150
+	}
+	conns = envInt(t, serveSoakConnsEnv, conns)
+	const rounds, slack = 6, 64
+	limit := raiseFDLimit(t, uint64(2*conns+slack+countFDs(t)))
+	if fit := (int(limit) - countFDs(t) - slack) / 2; conns > fit {
+		t.Logf("RLIMIT_NOFILE %d fits %d connections, not %d", limit, fit, conns)
+		conns = fit
+	}
+	initRuntimePoller(t)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("%d connections × %d messages per configuration, seed %d", conns, rounds, seed)
+	eachServeConfig(t, func(t *testing.T, cfg netpoll.Config) {
+		serveSoak(t, cfg, conns, rounds, seed)
+	})
+}
+
+func serveSoak(t *testing.T, cfg netpoll.Config, conns, rounds int, seed uint64) {
+	goroutines, fds := runtime.NumGoroutine(), countFDs(t)
+	stopWatchdog, stop := watchdog(t, 5*time.Minute)
+	done := sync.OnceFunc(stopWatchdog)
+	defer done()
+	g, err := netpoll.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bad atomic.Int64
+	s := &netpoll.Server{NewHandler: func(c net.Conn) netpoll.Handler {
+		return &soakSession{br: bufio.NewReaderSize(c, 512), bad: &bad}
+	}}
+	l, err := g.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(l) }()
+	var wg sync.WaitGroup
+	var echoed, bytesEchoed atomic.Int64
+	errs := make(chan error, conns)
+	for i := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, b, err := serveSoakClient(l.Addr().String(), seed+uint64(i), rounds, stop)
+			echoed.Add(n)
+			bytesEchoed.Add(b)
+			if err != nil {
+				errs <- fmt.Errorf("client %d: %w", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	st := s.Stats()
+	if err := s.Shutdown(context.Background()); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if err := <-served; !errors.Is(err, netpoll.ErrServerClosed) {
+		t.Errorf("Serve returned %v", err)
+	}
+	g.Close()
+	if n := bad.Load(); n != 0 {
+		t.Errorf("the server saw %d corrupt messages", n)
+	}
+	if n := echoed.Load(); n != int64(conns*rounds) {
+		t.Errorf("%d messages echoed, want %d", n, conns*rounds)
+	}
+	if n := countFDs(t); n != fds {
+		t.Errorf("%d fds open after Shutdown and Group.Close, want %d", n, fds)
+	}
+	done() // the watchdog's goroutine
+	awaitGoroutines(t, goroutines)
+	t.Logf("%d messages, %d bytes echoed and checked, 0 lost; handler calls %d, hand-offs %d (checks %d, skips %d)",
+		echoed.Load(), bytesEchoed.Load(), st.HandlerStarts, st.HandOffs, st.HandOffChecks, st.HandOffSkips)
+}
+
+// soakSession echoes the soak's messages, checking each.
+type soakSession struct {
+	br  *bufio.Reader
+	bad *atomic.Int64
+}
+
+func (ss *soakSession) ServeConn(c net.Conn) error {
+	for {
+		var hdr [soakHeader]byte
+		if _, err := io.ReadFull(ss.br, hdr[:]); err != nil {
+			return err
+		}
+		msg := make([]byte, soakHeader+int(binary.LittleEndian.Uint32(hdr[4:])))
+		copy(msg, hdr[:])
+		if _, err := io.ReadFull(ss.br, msg[soakHeader:]); err != nil {
+			return err
+		}
+		if crc32.ChecksumIEEE(msg[soakHeader:]) != binary.LittleEndian.Uint32(hdr[8:]) {
+			ss.bad.Add(1)
+			return errors.New("corrupt message")
+		}
+		if _, err := c.Write(msg); err != nil {
+			return err
+		}
+		if ss.br.Buffered() == 0 {
+			return nil
+		}
+	}
+}
+
+// serveSoakClient sends rounds messages on one connection, each after a random
+// idle time, in random segments, and checks each echo.
+func serveSoakClient(addr string, seed uint64, rounds int, stop <-chan struct{}) (n, bytesEchoed int64, err error) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.Close()
+	rng := rand.New(rand.NewPCG(seed, 11))
+	for r := range rounds {
+		idle := time.NewTimer(time.Duration(rng.IntN(20)) * time.Millisecond) // the workload: idling
+		select {
+		case <-idle.C:
+		case <-stop:
+			return n, bytesEchoed, errors.New("watchdog")
+		}
+		payload := make([]byte, 1+rng.IntN(16<<10))
+		for i := range payload {
+			payload[i] = byte(rng.Uint32())
+		}
+		msg := make([]byte, soakHeader, soakHeader+len(payload))
+		binary.LittleEndian.PutUint32(msg[0:], uint32(r))
+		binary.LittleEndian.PutUint32(msg[4:], uint32(len(payload)))
+		binary.LittleEndian.PutUint32(msg[8:], crc32.ChecksumIEEE(payload))
+		msg = append(msg, payload...)
+		c.SetDeadline(time.Now().Add(time.Minute))
+		for rest := msg; len(rest) > 0; {
+			k := min(len(rest), 1+rng.IntN(4<<10))
+			if _, err := c.Write(rest[:k]); err != nil {
+				return n, bytesEchoed, err
+			}
+			rest = rest[k:]
+		}
+		got := make([]byte, len(msg))
+		if _, err := io.ReadFull(c, got); err != nil {
+			return n, bytesEchoed, fmt.Errorf("message %d: reading the echo: %w", r, err)
+		}
+		if !bytes.Equal(got, msg) {
+			return n, bytesEchoed, fmt.Errorf("message %d: the echo differs", r)
+		}
+		n++
+		bytesEchoed += int64(len(payload))
+	}
+	return n, bytesEchoed, nil
+}
