@@ -127,21 +127,31 @@ func tcpEndpoint(network string, ip netip.Addr, port int) (endpoint, bool) {
 	return endpoint{unix.AF_INET6, sa, addr}, true
 }
 
+// addrPort converts a TCP sockaddr to a netip.AddrPort (invalid for any
+// other).
+func addrPort(sa unix.Sockaddr) netip.AddrPort {
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port))
+	case *unix.SockaddrInet6:
+		a := netip.AddrFrom16(sa.Addr)
+		if sa.ZoneId != 0 {
+			if ifi, err := net.InterfaceByIndex(int(sa.ZoneId)); err == nil {
+				a = a.WithZone(ifi.Name)
+			} else {
+				a = a.WithZone(strconv.Itoa(int(sa.ZoneId)))
+			}
+		}
+		return netip.AddrPortFrom(a, uint16(sa.Port))
+	}
+	return netip.AddrPort{}
+}
+
 // toAddr converts a kernel sockaddr to the net.Addr package net would show.
 func toAddr(sa unix.Sockaddr) net.Addr {
 	switch sa := sa.(type) {
-	case *unix.SockaddrInet4:
-		return &net.TCPAddr{IP: net.IP(sa.Addr[:]).To16(), Port: sa.Port}
-	case *unix.SockaddrInet6:
-		a := &net.TCPAddr{IP: append(net.IP(nil), sa.Addr[:]...), Port: sa.Port}
-		if sa.ZoneId != 0 {
-			if ifi, err := net.InterfaceByIndex(int(sa.ZoneId)); err == nil {
-				a.Zone = ifi.Name
-			} else {
-				a.Zone = strconv.Itoa(int(sa.ZoneId))
-			}
-		}
-		return a
+	case *unix.SockaddrInet4, *unix.SockaddrInet6:
+		return net.TCPAddrFromAddrPort(addrPort(sa))
 	case *unix.SockaddrUnix:
 		return &net.UnixAddr{Name: sa.Name, Net: "unix"}
 	}

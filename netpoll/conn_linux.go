@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"syscall"
 	"time"
@@ -22,8 +23,12 @@ const maxRW = 1 << 30
 type Conn struct {
 	d       *desc
 	network string
-	laddr   net.Addr
-	raddr   net.Addr
+	// The addresses, kept without pointers for TCP (an idle connection's
+	// every byte counts, doc.go "Serving on demand") and made into the
+	// *net.TCPAddr package net shows on demand; a unix socket keeps its
+	// *net.UnixAddr pair in uaddrs.
+	lap, rap netip.AddrPort
+	uaddrs   *[2]net.Addr
 }
 
 var (
@@ -148,10 +153,20 @@ func (c *Conn) Close() error {
 }
 
 // LocalAddr returns the local address: *net.TCPAddr or *net.UnixAddr.
-func (c *Conn) LocalAddr() net.Addr { return c.laddr }
+func (c *Conn) LocalAddr() net.Addr { return c.addr(0, c.lap) }
 
 // RemoteAddr returns the peer's address: *net.TCPAddr or *net.UnixAddr.
-func (c *Conn) RemoteAddr() net.Addr { return c.raddr }
+func (c *Conn) RemoteAddr() net.Addr { return c.addr(1, c.rap) }
+
+func (c *Conn) addr(i int, ap netip.AddrPort) net.Addr {
+	switch {
+	case c.uaddrs != nil:
+		return c.uaddrs[i]
+	case ap.IsValid():
+		return net.TCPAddrFromAddrPort(ap)
+	}
+	return nil
+}
 
 // SetDeadline sets the read and write deadlines. See SetReadDeadline.
 func (c *Conn) SetDeadline(t time.Time) error {
@@ -273,7 +288,7 @@ func (c *Conn) File() (*os.File, error) {
 	err := c.control("file", func(fd int) error {
 		c.d.exposeRaw()
 		var err error
-		f, err = dupFile(fd, c.network+":"+addrString(c.laddr)+"->"+addrString(c.raddr))
+		f, err = dupFile(fd, c.network+":"+addrString(c.LocalAddr())+"->"+addrString(c.RemoteAddr()))
 		return err
 	})
 	return f, err
@@ -296,7 +311,7 @@ func addrString(a net.Addr) string {
 }
 
 func (c *Conn) opError(op string, err error) error {
-	return &net.OpError{Op: op, Net: c.network, Source: c.laddr, Addr: c.raddr, Err: err}
+	return &net.OpError{Op: op, Net: c.network, Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 }
 
 // syscallErr wraps a bare errno the way package net does; our own sentinels

@@ -61,16 +61,7 @@ const (
 
 // dir is one direction of a descriptor.
 type dir struct {
-	state    atomic.Uint32 // stIdle, stReady, stWaiting or stServe
-	wake     chan struct{} // capacity 1: the one token of the invariant above
-	deadline atomic.Int64  // unix nanoseconds; 0 means none
-	inl      *inlineWait   // the poller's WaitInline role, nil otherwise; set at registration
-	srv      *serverConn   // the Server serving the connection on demand (read direction only); set once, before the first hand-off
-
-	// mu serializes operations in this direction, so at most one goroutine
-	// is ever parked on it. Lock order: dir.mu before desc.armMu.
-	mu    sync.Mutex
-	timer *time.Timer // the parked operation's deadline timer; guarded by mu
+	state atomic.Uint32 // stIdle, stReady, stWaiting or stServe
 
 	// drained: the last syscall of a stream operation in this direction
 	// moved fewer bytes than asked (desc.skip only). Guarded by mu.
@@ -79,6 +70,23 @@ type dir struct {
 	// or Close; a Server closes a connection whose handler returns after
 	// that (serve_linux.go). Guarded by mu.
 	ended bool
+
+	// wake carries the one token of the invariant above (capacity 1). The
+	// operation makes it before its first park, under mu and before it
+	// enters waiting; a waker reads it only after moving the direction
+	// out of waiting, so that move orders the two. It is kept for the
+	// connection's next parks, except by a hand-off to serve, which gives
+	// it back to wakePool (an idle connection holds none): it is empty
+	// then, because a park returns only after taking its token.
+	wake     chan struct{}
+	deadline atomic.Int64 // unix nanoseconds; 0 means none
+	inl      *inlineWait  // the poller's WaitInline role, nil otherwise; set at registration
+	srv      *serverConn  // the Server serving the connection on demand (read direction only); set once, before the first hand-off
+
+	// mu serializes operations in this direction, so at most one goroutine
+	// is ever parked on it. Lock order: dir.mu before desc.armMu.
+	mu    sync.Mutex
+	timer *time.Timer // the parked operation's deadline timer; guarded by mu
 
 	// Counters, added to only under mu (atomic so Stats may read them).
 	parks  atomic.Uint64 // operations that parked
@@ -176,8 +184,8 @@ type desc struct {
 	// the Listener closes after every registration is gone.
 	shared bool
 
-	ref  atomic.Uint64 // see refClosing
-	done chan struct{} // closed once the fd is closed
+	ref  atomic.Uint64                 // see refClosing
+	done atomic.Pointer[chan struct{}] // made by the first close, before it sets refClosing; closed once the fd is closed
 
 	rd, wr dir
 
@@ -221,9 +229,7 @@ const (
 )
 
 func newDesc(fd int, kind descKind) *desc {
-	d := &desc{fd: fd, kind: kind, done: make(chan struct{})}
-	d.rd.wake = make(chan struct{}, 1)
-	d.wr.wake = make(chan struct{}, 1)
+	d := &desc{fd: fd, kind: kind}
 	d.ref.Store(1)
 	return d
 }
@@ -258,10 +264,11 @@ func (d *desc) closing() bool { return d.ref.Load()&refClosing != 0 }
 // net.ErrClosed: Group.Close relies on that to know no descriptor still
 // uses a poller it is about to stop.
 func (d *desc) close() error {
+	d.makeDone()
 	for {
 		v := d.ref.Load()
 		if v&refClosing != 0 {
-			<-d.done
+			<-*d.done.Load()
 			return net.ErrClosed
 		}
 		if d.ref.CompareAndSwap(v, v|refClosing) {
@@ -271,8 +278,17 @@ func (d *desc) close() error {
 	d.rd.nudge()
 	d.wr.nudge()
 	d.decref()
-	<-d.done
+	<-*d.done.Load()
 	return nil
+}
+
+// makeDone makes d.done, unless a concurrent close made it first: before
+// refClosing is set, so that whoever sees it set finds the channel.
+func (d *desc) makeDone() {
+	if d.done.Load() == nil {
+		done := make(chan struct{})
+		d.done.CompareAndSwap(nil, &done)
+	}
 }
 
 func (d *desc) destroy() {
@@ -280,7 +296,28 @@ func (d *desc) destroy() {
 	if !d.shared {
 		unix.Close(d.fd)
 	}
-	close(d.done)
+	close(*d.done.Load()) // made before refClosing was set, and destroy comes after
+}
+
+// wakePool holds the wake channels of directions that gave theirs back
+// (hand-offs to serve), so that parking again allocates nothing.
+var wakePool = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
+
+// wakeChan makes sure dr has its wake channel; called with dr.mu held,
+// before the direction enters waiting.
+func (dr *dir) wakeChan() {
+	if dr.wake == nil {
+		dr.wake = wakePool.Get().(chan struct{})
+	}
+}
+
+// dropWake gives dr's wake channel back to wakePool; called with dr.mu
+// held and nobody parked, so the channel is empty and no waker holds it.
+func (dr *dir) dropWake() {
+	if dr.wake != nil {
+		wakePool.Put(dr.wake)
+		dr.wake = nil
+	}
 }
 
 // testHookBeforePark, when set by a test, runs after an operation saw EAGAIN
@@ -305,6 +342,7 @@ func (d *desc) awaitReady(dr *dir) error {
 		if h := testHookBeforePark; h != nil {
 			h(d, dr)
 		}
+		dr.wakeChan()
 		if !dr.state.CompareAndSwap(stIdle, stWaiting) {
 			continue // an edge arrived: consume it above
 		}

@@ -671,7 +671,7 @@ func (md *descModel) awaitCloses() error {
 	md.closes = nil
 	md.closed = true
 	select {
-	case <-md.d.done:
+	case <-*md.d.done.Load():
 	default:
 		return fmt.Errorf("close returned before the desc was destroyed")
 	}

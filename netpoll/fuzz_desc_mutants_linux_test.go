@@ -33,10 +33,11 @@ func TestDescModelCatchesBrokenMachines(t *testing.T) {
 	}()
 	// closeWaking is desc.close with wake in place of its nudges.
 	closeWaking := func(d *desc, wake func(*dir)) error {
+		d.makeDone()
 		for {
 			v := d.ref.Load()
 			if v&refClosing != 0 {
-				<-d.done
+				<-*d.done.Load()
 				return net.ErrClosed
 			}
 			if d.ref.CompareAndSwap(v, v|refClosing) {
@@ -46,7 +47,7 @@ func TestDescModelCatchesBrokenMachines(t *testing.T) {
 		wake(&d.rd)
 		wake(&d.wr)
 		d.decref()
-		<-d.done
+		<-*d.done.Load()
 		return nil
 	}
 	closeWithoutNudge := func(d *desc) error { return closeWaking(d, func(*dir) {}) }

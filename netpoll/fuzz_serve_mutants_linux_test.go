@@ -14,10 +14,11 @@ func TestServeModelCatchesBrokenMachines(t *testing.T) {
 	// nudge.
 	closeWith := func(wake func(*dir)) func(*desc) error {
 		return func(d *desc) error {
+			d.makeDone()
 			for {
 				v := d.ref.Load()
 				if v&refClosing != 0 {
-					<-d.done
+					<-*d.done.Load()
 					return nil
 				}
 				if d.ref.CompareAndSwap(v, v|refClosing) {
@@ -27,7 +28,7 @@ func TestServeModelCatchesBrokenMachines(t *testing.T) {
 			wake(&d.rd)
 			d.wr.nudge()
 			d.decref()
-			<-d.done
+			<-*d.done.Load()
 			return nil
 		}
 	}

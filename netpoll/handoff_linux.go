@@ -48,7 +48,8 @@ const (
 // that comes brings an edge, which notify sees once the direction is in
 // serve.
 func (sc *serverConn) handOff(returned bool) (idle bool, err error) {
-	d, dr, st := sc.d, &sc.d.rd, &sc.s.stats
+	d, st := sc.desc(), &sc.s.stats
+	dr := &d.rd
 	if err := d.incref(); err != nil {
 		return false, err
 	}
@@ -99,6 +100,13 @@ func (sc *serverConn) handOff(returned bool) (idle bool, err error) {
 	if d.checkDir(dr) == nil && !sc.s.closed.Load() {
 		if err = d.p.armForPark(d, dr); err == nil {
 			sc.armTimer()
+			// Nobody is parked in either direction's channel now (a
+			// writer that is keeps its own).
+			dr.dropWake()
+			if d.wr.mu.TryLock() {
+				d.wr.dropWake()
+				d.wr.mu.Unlock()
+			}
 			st.handOffs.Add(1)
 			return true, nil
 		}
@@ -126,8 +134,9 @@ func (sc *serverConn) start(byEdge bool) { go sc.run(byEdge) }
 // deadline change. It starts the handler if the connection is closing or
 // its deadline has passed, and otherwise sets the idle timer.
 func (sc *serverConn) recheck() {
-	dr := &sc.d.rd
-	if sc.d.closing() || dr.expired() {
+	d := sc.desc()
+	dr := &d.rd
+	if d.closing() || dr.expired() {
 		if dr.state.CompareAndSwap(stServe, stIdle) {
 			sc.start(false)
 		}
@@ -143,7 +152,7 @@ func (sc *serverConn) recheck() {
 func (sc *serverConn) armTimer() {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
-	dl := sc.d.rd.deadline.Load()
+	dl := sc.desc().rd.deadline.Load()
 	if dl == 0 {
 		if sc.timer != nil {
 			sc.timer.Stop()
@@ -161,7 +170,7 @@ func (sc *serverConn) armTimer() {
 // expire is the idle timer's function, on the timer's own goroutine, which
 // then serves the connection.
 func (sc *serverConn) expire() {
-	dr := &sc.d.rd
+	dr := &sc.desc().rd
 	if dr.expired() && dr.state.CompareAndSwap(stServe, stIdle) {
 		sc.run(false)
 	}

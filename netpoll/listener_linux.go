@@ -543,13 +543,21 @@ func (g *Group) newConn(fd int, network string, rsa unix.Sockaddr, p *poller) (*
 	}
 	// Addresses first: once registered, a concurrent Group.Close may close
 	// the fd and its number be reused.
-	c := &Conn{d: newDesc(fd, kindConn), network: network, laddr: localAddr(fd), raddr: toAddr(rsa)}
+	c := &Conn{d: newDesc(fd, kindConn), network: network}
+	if network == "unix" {
+		c.uaddrs = &[2]net.Addr{localAddr(fd), toAddr(rsa)}
+		if c.uaddrs[1] == nil {
+			c.uaddrs[1] = &net.UnixAddr{Net: "unix"}
+		}
+	} else {
+		if sa, err := unix.Getsockname(fd); err == nil {
+			c.lap = addrPort(sa)
+		}
+		c.rap = addrPort(rsa)
+	}
 	if err := p.register(c.d, 0); err != nil {
 		unix.Close(fd)
 		return nil, err
-	}
-	if network == "unix" && c.raddr == nil {
-		c.raddr = &net.UnixAddr{Net: "unix"}
 	}
 	return c, nil
 }

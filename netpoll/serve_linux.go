@@ -23,8 +23,7 @@ import (
 // read direction out of stServe (handoff_linux.go).
 type serverConn struct {
 	s     *Server
-	c     net.Conn
-	d     *desc // c's descriptor; nil for a connection of another package (the fallback)
+	c     net.Conn // a *Conn, or another package's connection (the fallback)
 	h     Handler
 	state atomic.Uint32 // ConnState; moved by the owner
 
@@ -32,6 +31,14 @@ type serverConn struct {
 
 	mu    sync.Mutex  // guards timer
 	timer *time.Timer // the idle read deadline (expire); nil until one is used while idle
+}
+
+// desc is the descriptor of sc's *Conn, or nil for the fallback's.
+func (sc *serverConn) desc() *desc {
+	if nc, ok := sc.c.(*Conn); ok {
+		return nc.d
+	}
+	return nil
 }
 
 // handlerLabels labels handler goroutines for pprof (netpoll=handler).
@@ -105,8 +112,7 @@ func (s *Server) serve(c net.Conn) {
 		go sc.fallback()
 		return
 	}
-	sc.d = nc.d
-	sc.d.rd.srv = sc // before the first hand-off: notify reads it once it sees stServe
+	nc.d.rd.srv = sc // before the first hand-off: notify reads it once it sees stServe
 	idle, err := sc.handOff(false)
 	switch {
 	case err != nil:
@@ -122,7 +128,7 @@ func (s *Server) serve(c net.Conn) {
 func (sc *serverConn) run(check bool) {
 	pprof.SetGoroutineLabels(handlerLabels)
 	returned := false
-	for !sc.d.closing() && !sc.s.closed.Load() {
+	for !sc.desc().closing() && !sc.s.closed.Load() {
 		if check || returned {
 			idle, err := sc.handOff(returned)
 			if err != nil {
@@ -181,7 +187,7 @@ func (sc *serverConn) setState(st ConnState) {
 // owner finishes, and it owns sc for good from here) and forgets it.
 func (sc *serverConn) finish() {
 	sc.c.Close()
-	if sc.d != nil {
+	if sc.desc() != nil {
 		sc.stopTimer()
 	}
 	sc.setState(StateClosed)
