@@ -21,8 +21,7 @@ const maxRW = 1 << 30
 // implements net.Conn with package net's contract and error values, and
 // syscall.Conn.
 type Conn struct {
-	d       *desc
-	network string
+	d *desc
 	// The addresses, kept without pointers for TCP (an idle connection's
 	// every byte counts, doc.go "Serving on demand") and made into the
 	// *net.TCPAddr package net shows on demand; a unix socket keeps its
@@ -52,7 +51,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 	}
 	var n int
 	var err error
-	if c.network == "unix" && d.skip {
+	if d.net == netUnix && d.skip {
 		n, err = c.readUnix(b)
 	} else {
 		n, err = d.transfer(&d.rd, len(b), func() (int, error) { return unix.Read(d.fd, b) })
@@ -120,7 +119,7 @@ func (c *Conn) Write(b []byte) (int, error) {
 	for nn < len(b) {
 		chunk := b[nn:min(len(b), nn+maxRW)]
 		size := len(chunk)
-		if c.network == "unix" {
+		if d.net == netUnix {
 			// No skipping after a short unix write: when the peer shuts
 			// its reading side (CloseRead) the next write fails with
 			// EPIPE, but unix_poll has no event bit for that state, so a
@@ -151,6 +150,9 @@ func (c *Conn) Close() error {
 	}
 	return nil
 }
+
+// network is the network c was made on: "tcp", "tcp4", "tcp6" or "unix".
+func (c *Conn) network() string { return networks[c.d.net] }
 
 // LocalAddr returns the local address: *net.TCPAddr or *net.UnixAddr.
 func (c *Conn) LocalAddr() net.Addr { return c.addr(0, c.lap) }
@@ -288,7 +290,7 @@ func (c *Conn) File() (*os.File, error) {
 	err := c.control("file", func(fd int) error {
 		c.d.exposeRaw()
 		var err error
-		f, err = dupFile(fd, c.network+":"+addrString(c.LocalAddr())+"->"+addrString(c.RemoteAddr()))
+		f, err = dupFile(fd, c.network()+":"+addrString(c.LocalAddr())+"->"+addrString(c.RemoteAddr()))
 		return err
 	})
 	return f, err
@@ -311,7 +313,7 @@ func addrString(a net.Addr) string {
 }
 
 func (c *Conn) opError(op string, err error) error {
-	return &net.OpError{Op: op, Net: c.network, Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
+	return &net.OpError{Op: op, Net: c.network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 }
 
 // syscallErr wraps a bare errno the way package net does; our own sentinels

@@ -184,6 +184,8 @@ type desc struct {
 	// the Listener closes after every registration is gone.
 	shared bool
 
+	net uint8 // a Conn's network: its index in networks
+
 	ref  atomic.Uint64                 // see refClosing
 	done atomic.Pointer[chan struct{}] // made by the first close, before it sets refClosing; closed once the fd is closed
 
@@ -220,6 +222,21 @@ const stickyEvents = unix.EPOLLPRI | unix.EPOLLRDHUP | unix.EPOLLHUP | unix.EPOL
 // by Read, TCP_ULP), so the descriptor no longer skips. EPOLLET is never
 // reported as an event bit, so the bit is free.
 const stickyRaw uint32 = unix.EPOLLET
+
+// networks are the networks a Conn can be on (checkNetwork), by desc.net.
+var networks = [...]string{"tcp", "tcp4", "tcp6", "unix"}
+
+const netUnix = 3
+
+// networkIndex returns network's index in networks.
+func networkIndex(network string) uint8 {
+	for i, n := range networks {
+		if n == network {
+			return uint8(i)
+		}
+	}
+	panic("netpoll: a Conn on network " + network + " (checkNetwork lets only tcp, tcp4, tcp6 and unix through)")
+}
 
 type descKind uint8
 

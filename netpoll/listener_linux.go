@@ -543,7 +543,8 @@ func (g *Group) newConn(fd int, network string, rsa unix.Sockaddr, p *poller) (*
 	}
 	// Addresses first: once registered, a concurrent Group.Close may close
 	// the fd and its number be reused.
-	c := &Conn{d: newDesc(fd, kindConn), network: network}
+	c := &Conn{d: newDesc(fd, kindConn)}
+	c.d.net = networkIndex(network)
 	if network == "unix" {
 		c.uaddrs = &[2]net.Addr{localAddr(fd), toAddr(rsa)}
 		if c.uaddrs[1] == nil {
