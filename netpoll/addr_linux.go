@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -136,15 +137,74 @@ func addrPort(sa unix.Sockaddr) netip.AddrPort {
 	case *unix.SockaddrInet6:
 		a := netip.AddrFrom16(sa.Addr)
 		if sa.ZoneId != 0 {
-			if ifi, err := net.InterfaceByIndex(int(sa.ZoneId)); err == nil {
-				a = a.WithZone(ifi.Name)
-			} else {
-				a = a.WithZone(strconv.Itoa(int(sa.ZoneId)))
-			}
+			a = a.WithZone(zoneName(sa.ZoneId))
 		}
 		return netip.AddrPortFrom(a, uint16(sa.Port))
 	}
 	return netip.AddrPort{}
+}
+
+// rawAddrPort decodes the TCP address the kernel wrote into raw, without
+// allocating (an invalid AddrPort for any other family).
+func rawAddrPort(raw *unix.RawSockaddrAny) netip.AddrPort {
+	switch raw.Addr.Family {
+	case unix.AF_INET:
+		// unsafe: the kernel wrote a sockaddr_in when the family says
+		// AF_INET, and RawSockaddrAny is larger than RawSockaddrInet4.
+		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(raw))
+		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), netPort(&sa.Port))
+	case unix.AF_INET6:
+		// unsafe: as above, sockaddr_in6 for AF_INET6.
+		sa := (*unix.RawSockaddrInet6)(unsafe.Pointer(raw))
+		a := netip.AddrFrom16(sa.Addr)
+		if sa.Scope_id != 0 {
+			a = a.WithZone(zoneName(sa.Scope_id))
+		}
+		return netip.AddrPortFrom(a, netPort(&sa.Port))
+	}
+	return netip.AddrPort{}
+}
+
+// netPort reads a port kept in network byte order.
+func netPort(p *uint16) uint16 {
+	// unsafe: a uint16 is two bytes; the kernel stores the port big-endian.
+	b := (*[2]byte)(unsafe.Pointer(p))
+	return uint16(b[0])<<8 | uint16(b[1])
+}
+
+func zoneName(id uint32) string {
+	if ifi, err := net.InterfaceByIndex(int(id)); err == nil {
+		return ifi.Name
+	}
+	return strconv.Itoa(int(id))
+}
+
+// accept4 is unix.Accept4 without its allocations: the peer's address
+// stays in raw, on the caller's stack, for rawAddrPort.
+func accept4(fd int, raw *unix.RawSockaddrAny) (int, error) {
+	n := uint32(unix.SizeofSockaddrAny)
+	// unsafe: raw and n stay alive and unmoved for the call (pointers
+	// converted in a syscall's argument list are kept), and the kernel
+	// writes at most n bytes into raw and keeps no reference.
+	r, _, e := unix.Syscall6(unix.SYS_ACCEPT4, uintptr(fd), uintptr(unsafe.Pointer(raw)), uintptr(unsafe.Pointer(&n)),
+		unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0, 0)
+	if e != 0 {
+		return -1, e
+	}
+	return int(r), nil
+}
+
+// localAddrPort is the socket's local TCP address, from getsockname with
+// no allocation; invalid if the kernel cannot say.
+func localAddrPort(fd int) netip.AddrPort {
+	var raw unix.RawSockaddrAny
+	n := uint32(unix.SizeofSockaddrAny)
+	// unsafe: as in accept4.
+	_, _, e := unix.RawSyscall(unix.SYS_GETSOCKNAME, uintptr(fd), uintptr(unsafe.Pointer(&raw)), uintptr(unsafe.Pointer(&n)))
+	if e != 0 {
+		return netip.AddrPort{}
+	}
+	return rawAddrPort(&raw)
 }
 
 // toAddr converts a kernel sockaddr to the net.Addr package net would show.

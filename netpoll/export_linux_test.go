@@ -2,6 +2,7 @@ package netpoll
 
 import (
 	"net"
+	"net/netip"
 	"runtime"
 	"sync"
 	"time"
@@ -113,7 +114,7 @@ func InjectReadEvent(c any, fd int, gen uint32) int {
 
 // AdoptFD registers a connected stream fd on g as a *Conn.
 func AdoptFD(g *Group, fd int) (*Conn, error) {
-	return g.newConn(fd, "unix", nil, g.pick())
+	return g.newConn(fd, "unix", netip.AddrPort{}, nil, g.pick())
 }
 
 // ResetDefault forgets the default group so the next Listen or Dial reads

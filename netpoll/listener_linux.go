@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -351,13 +352,13 @@ func (l *Listener) acceptOn(d *desc, p *poller, gate func() bool, timed bool) (*
 	backoff := time.Duration(0)
 	for {
 		var nfd int
-		var rsa unix.Sockaddr
+		var raw unix.RawSockaddrAny
 		_, err := d.transfer(&d.rd, 0, func() (int, error) {
 			if gate != nil && !gate() {
 				return 0, errHandedOff
 			}
 			var err error
-			nfd, rsa, err = unix.Accept4(d.fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+			nfd, err = accept4(d.fd, &raw)
 			if err == unix.EAGAIN {
 				d.p.st.inc(cAcceptEAGAIN)
 			}
@@ -366,7 +367,11 @@ func (l *Listener) acceptOn(d *desc, p *poller, gate func() bool, timed bool) (*
 		switch err {
 		case nil:
 			d.p.st.inc(cAccepts)
-			return l.g.newConn(nfd, l.network, rsa, p)
+			var rsa unix.Sockaddr
+			if raw.Addr.Family == unix.AF_UNIX {
+				rsa, _ = unix.Getpeername(nfd) // rare: unnamed, mostly
+			}
+			return l.g.newConn(nfd, l.network, rawAddrPort(&raw), rsa, p)
 		case unix.ECONNABORTED:
 			continue
 		case unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM:
@@ -533,7 +538,7 @@ func (l *Listener) opError(op string, err error) error {
 
 // newConn registers an accepted or connected fd on p and wraps it. On
 // failure the fd is closed.
-func (g *Group) newConn(fd int, network string, rsa unix.Sockaddr, p *poller) (*Conn, error) {
+func (g *Group) newConn(fd int, network string, rap netip.AddrPort, rsa unix.Sockaddr, p *poller) (*Conn, error) {
 	if network != "unix" {
 		// TCP_NODELAY on by default, as in package net.
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1); err != nil {
@@ -551,10 +556,7 @@ func (g *Group) newConn(fd int, network string, rsa unix.Sockaddr, p *poller) (*
 			c.uaddrs[1] = &net.UnixAddr{Net: "unix"}
 		}
 	} else {
-		if sa, err := unix.Getsockname(fd); err == nil {
-			c.lap = addrPort(sa)
-		}
-		c.rap = addrPort(rsa)
+		c.lap, c.rap = localAddrPort(fd), rap
 	}
 	if err := p.register(c.d, 0); err != nil {
 		unix.Close(fd)
