@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -896,4 +898,73 @@ func TestServeFallback(t *testing.T) {
 	sl.check(t)
 	s.Close()
 	awaitGoroutines(t, goroutines+1) // the Serve goroutine ends at cleanup
+}
+
+// TestServeTLSRefused: a TLS listener's connections (crypto/tls keeps
+// records the socket check cannot see, and *tls.Conn has no SyscallConn)
+// are not served on demand: each is closed at once, with a log line that
+// says why, and the Server goes on.
+func TestServeTLSRefused(t *testing.T) {
+	done, stop := watchdog(t, 20*time.Second)
+	defer done()
+	cert, pool := selfSigned(t)
+	g := newGroup(t, netpoll.Config{})
+	l := tls.NewListener(listen(t, g, "tcp"), &tls.Config{Certificates: []tls.Certificate{cert}})
+	var logged bytes.Buffer
+	var logMu sync.Mutex
+	sl := newStateLog()
+	s := &netpoll.Server{Handler: echoHandler, ConnState: sl.hook, ErrorLog: log.New(lockedWriter{&logMu, &logged}, "", 0)}
+	serveOn(t, s, l)
+	c, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"})
+	if err == nil {
+		_, err = c.Read(make([]byte, 1))
+		c.Close()
+	}
+	if err == nil {
+		t.Fatal("a TLS connection was served")
+	}
+	if !await(stop, func() bool { return sl.closed.Load() == 1 }) {
+		t.Fatal("the TLS connection was not closed")
+	}
+	logMu.Lock()
+	defer logMu.Unlock()
+	if !strings.Contains(logged.String(), "not a syscall.Conn") {
+		t.Errorf("log %q: want why the connection cannot be served", logged.String())
+	}
+	sl.check(t)
+}
+
+// TestServeLabels: a handler runs with the pprof label netpoll=handler, so
+// a goroutine profile tells handlers from the rest.
+func TestServeLabels(t *testing.T) {
+	g := newGroup(t, netpoll.Config{})
+	l := listen(t, g, "tcp")
+	profile := make(chan string, 1)
+	s := &netpoll.Server{Handler: netpoll.HandlerFunc(func(c net.Conn) error {
+		var b bytes.Buffer
+		pprof.Lookup("goroutine").WriteTo(&b, 1)
+		select {
+		case profile <- b.String():
+		default:
+		}
+		return echoHandler(c)
+	})}
+	serveOn(t, s, l)
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	roundTrip(t, c, []byte("label"))
+	p := <-profile
+	i := strings.Index(p, "TestServeLabels.func1")
+	if i < 0 {
+		t.Fatalf("the handler is not in the goroutine profile:\n%s", p)
+	}
+	// debug=1 prints a goroutine group's labels on its first line.
+	head := p[:i]
+	head = head[strings.LastIndex(head, "\n\n")+1:]
+	if !strings.Contains(head, `"netpoll":"handler"`) {
+		t.Errorf("the handler's goroutine has no netpoll=handler label:\n%s", head)
+	}
 }
