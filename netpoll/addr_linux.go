@@ -144,25 +144,61 @@ func addrPort(sa unix.Sockaddr) netip.AddrPort {
 	return netip.AddrPort{}
 }
 
-// rawAddrPort decodes the TCP address the kernel wrote into raw, without
-// allocating (an invalid AddrPort for any other family).
-func rawAddrPort(raw *unix.RawSockaddrAny) netip.AddrPort {
+// tcpAddr is a TCP address as a Conn keeps it: 24 bytes and no pointer
+// (an idle connection's every byte counts), made into the *net.TCPAddr
+// package net shows on demand.
+type tcpAddr struct {
+	ip   [16]byte // an IPv4 address in the first 4
+	zone uint32   // IPv6 scope id; 0 for none
+	port uint16
+	fam  uint8 // 0 (none), 4 or 6
+}
+
+// rawTCPAddr decodes the TCP address the kernel wrote into raw, without
+// allocating (none for any other family).
+func rawTCPAddr(raw *unix.RawSockaddrAny) tcpAddr {
 	switch raw.Addr.Family {
 	case unix.AF_INET:
 		// unsafe: the kernel wrote a sockaddr_in when the family says
 		// AF_INET, and RawSockaddrAny is larger than RawSockaddrInet4.
 		sa := (*unix.RawSockaddrInet4)(unsafe.Pointer(raw))
-		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), netPort(&sa.Port))
+		a := tcpAddr{port: netPort(&sa.Port), fam: 4}
+		copy(a.ip[:], sa.Addr[:])
+		return a
 	case unix.AF_INET6:
 		// unsafe: as above, sockaddr_in6 for AF_INET6.
 		sa := (*unix.RawSockaddrInet6)(unsafe.Pointer(raw))
-		a := netip.AddrFrom16(sa.Addr)
-		if sa.Scope_id != 0 {
-			a = a.WithZone(zoneName(sa.Scope_id))
-		}
-		return netip.AddrPortFrom(a, netPort(&sa.Port))
+		return tcpAddr{ip: sa.Addr, zone: sa.Scope_id, port: netPort(&sa.Port), fam: 6}
 	}
-	return netip.AddrPort{}
+	return tcpAddr{}
+}
+
+// sockTCPAddr is rawTCPAddr for a decoded sockaddr.
+func sockTCPAddr(sa unix.Sockaddr) tcpAddr {
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		a := tcpAddr{port: uint16(sa.Port), fam: 4}
+		copy(a.ip[:], sa.Addr[:])
+		return a
+	case *unix.SockaddrInet6:
+		return tcpAddr{ip: sa.Addr, zone: sa.ZoneId, port: uint16(sa.Port), fam: 6}
+	}
+	return tcpAddr{}
+}
+
+// addr returns a as package net shows it: a new *net.TCPAddr, or nil.
+func (a *tcpAddr) addr() net.Addr {
+	switch a.fam {
+	case 4:
+		return &net.TCPAddr{IP: net.IP(append(make([]byte, 0, 4), a.ip[:4]...)), Port: int(a.port)}
+	case 6:
+		ta := &net.TCPAddr{IP: net.IP(append(make([]byte, 0, 16), a.ip[:]...)), Port: int(a.port)}
+		if a.zone != 0 {
+			ta.Zone = zoneName(a.zone)
+		}
+		return ta
+	}
+	return nil
 }
 
 // netPort reads a port kept in network byte order.
@@ -180,7 +216,7 @@ func zoneName(id uint32) string {
 }
 
 // accept4 is unix.Accept4 without its allocations: the peer's address
-// stays in raw, on the caller's stack, for rawAddrPort.
+// stays in raw, on the caller's stack, for rawTCPAddr.
 func accept4(fd int, raw *unix.RawSockaddrAny) (int, error) {
 	n := uint32(unix.SizeofSockaddrAny)
 	// unsafe: raw and n stay alive and unmoved for the call (pointers
@@ -194,17 +230,17 @@ func accept4(fd int, raw *unix.RawSockaddrAny) (int, error) {
 	return int(r), nil
 }
 
-// localAddrPort is the socket's local TCP address, from getsockname with
-// no allocation; invalid if the kernel cannot say.
-func localAddrPort(fd int) netip.AddrPort {
+// localTCPAddr is the socket's local TCP address, from getsockname with
+// no allocation; none if the kernel cannot say.
+func localTCPAddr(fd int) tcpAddr {
 	var raw unix.RawSockaddrAny
 	n := uint32(unix.SizeofSockaddrAny)
 	// unsafe: as in accept4.
 	_, _, e := unix.RawSyscall(unix.SYS_GETSOCKNAME, uintptr(fd), uintptr(unsafe.Pointer(&raw)), uintptr(unsafe.Pointer(&n)))
 	if e != 0 {
-		return netip.AddrPort{}
+		return tcpAddr{}
 	}
-	return rawAddrPort(&raw)
+	return rawTCPAddr(&raw)
 }
 
 // toAddr converts a kernel sockaddr to the net.Addr package net would show.

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/netip"
 	"os"
 	"syscall"
 	"time"
@@ -22,12 +21,10 @@ const maxRW = 1 << 30
 // syscall.Conn.
 type Conn struct {
 	d *desc
-	// The addresses, kept without pointers for TCP (an idle connection's
-	// every byte counts, doc.go "Serving on demand") and made into the
-	// *net.TCPAddr package net shows on demand; a unix socket keeps its
+	// The addresses: TCP's kept compact (tcpAddr), a unix socket's
 	// *net.UnixAddr pair in uaddrs.
-	lap, rap netip.AddrPort
-	uaddrs   *[2]net.Addr
+	laddr, raddr tcpAddr
+	uaddrs       *[2]net.Addr
 }
 
 var (
@@ -155,19 +152,16 @@ func (c *Conn) Close() error {
 func (c *Conn) network() string { return networks[c.d.net] }
 
 // LocalAddr returns the local address: *net.TCPAddr or *net.UnixAddr.
-func (c *Conn) LocalAddr() net.Addr { return c.addr(0, c.lap) }
+func (c *Conn) LocalAddr() net.Addr { return c.addr(0, &c.laddr) }
 
 // RemoteAddr returns the peer's address: *net.TCPAddr or *net.UnixAddr.
-func (c *Conn) RemoteAddr() net.Addr { return c.addr(1, c.rap) }
+func (c *Conn) RemoteAddr() net.Addr { return c.addr(1, &c.raddr) }
 
-func (c *Conn) addr(i int, ap netip.AddrPort) net.Addr {
-	switch {
-	case c.uaddrs != nil:
+func (c *Conn) addr(i int, a *tcpAddr) net.Addr {
+	if c.uaddrs != nil {
 		return c.uaddrs[i]
-	case ap.IsValid():
-		return net.TCPAddrFromAddrPort(ap)
 	}
-	return nil
+	return a.addr()
 }
 
 // SetDeadline sets the read and write deadlines. See SetReadDeadline.

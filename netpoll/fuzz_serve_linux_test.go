@@ -144,7 +144,7 @@ func newServeModel(m serveMachine, timeout time.Duration) *serveModel {
 			}
 		},
 	}
-	md.sc = &serverConn{s: md.s, c: &Conn{d: d}, h: md.s.Handler}
+	md.sc = &serverConn{s: md.s, c: &Conn{d: d}, h: &md.s.Handler}
 	d.rd.srv = md.sc
 	md.s.add(md.sc)
 	return md

@@ -146,25 +146,33 @@ func (sc *serverConn) recheck() {
 }
 
 // armTimer sets the idle timer to the read deadline, or stops it. It reads
-// the deadline under sc.mu, so of concurrent callers the last sets it to
-// the latest value. A timer that fires for an old value finds the deadline
-// not passed, or the direction out of serve, and does nothing.
+// the deadline under the timer's lock, so of concurrent callers the last
+// sets it to the latest value. A timer that fires for an old value finds
+// the deadline not passed, or the direction out of serve, and does
+// nothing. A connection that never idles with a deadline has no timer.
 func (sc *serverConn) armTimer() {
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
 	dl := sc.desc().rd.deadline.Load()
-	if dl == 0 {
-		if sc.timer != nil {
-			sc.timer.Stop()
+	it := sc.idle.Load()
+	if it == nil {
+		if dl == 0 {
+			return
 		}
-		return
+		sc.idle.CompareAndSwap(nil, new(idleTimer)) // or another caller made it
+		it = sc.idle.Load()
 	}
-	dur := time.Duration(dl - time.Now().UnixNano())
-	if sc.timer == nil {
-		sc.timer = time.AfterFunc(dur, sc.expire)
-		return
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	dl = sc.desc().rd.deadline.Load()
+	switch {
+	case dl == 0:
+		if it.t != nil {
+			it.t.Stop()
+		}
+	case it.t == nil:
+		it.t = time.AfterFunc(time.Duration(dl-time.Now().UnixNano()), sc.expire)
+	default:
+		it.t.Reset(time.Duration(dl - time.Now().UnixNano()))
 	}
-	sc.timer.Reset(dur)
 }
 
 // expire is the idle timer's function, on the timer's own goroutine, which
@@ -178,9 +186,11 @@ func (sc *serverConn) expire() {
 
 // stopTimer releases the idle timer of a finished connection.
 func (sc *serverConn) stopTimer() {
-	sc.mu.Lock()
-	defer sc.mu.Unlock()
-	if sc.timer != nil {
-		sc.timer.Stop()
+	if it := sc.idle.Load(); it != nil {
+		it.mu.Lock()
+		defer it.mu.Unlock()
+		if it.t != nil {
+			it.t.Stop()
+		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -371,7 +370,7 @@ func (l *Listener) acceptOn(d *desc, p *poller, gate func() bool, timed bool) (*
 			if raw.Addr.Family == unix.AF_UNIX {
 				rsa, _ = unix.Getpeername(nfd) // rare: unnamed, mostly
 			}
-			return l.g.newConn(nfd, l.network, rawAddrPort(&raw), rsa, p)
+			return l.g.newConn(nfd, l.network, rawTCPAddr(&raw), rsa, p)
 		case unix.ECONNABORTED:
 			continue
 		case unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM:
@@ -538,7 +537,7 @@ func (l *Listener) opError(op string, err error) error {
 
 // newConn registers an accepted or connected fd on p and wraps it. On
 // failure the fd is closed.
-func (g *Group) newConn(fd int, network string, rap netip.AddrPort, rsa unix.Sockaddr, p *poller) (*Conn, error) {
+func (g *Group) newConn(fd int, network string, raddr tcpAddr, rsa unix.Sockaddr, p *poller) (*Conn, error) {
 	if network != "unix" {
 		// TCP_NODELAY on by default, as in package net.
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1); err != nil {
@@ -556,7 +555,7 @@ func (g *Group) newConn(fd int, network string, rap netip.AddrPort, rsa unix.Soc
 			c.uaddrs[1] = &net.UnixAddr{Net: "unix"}
 		}
 	} else {
-		c.lap, c.rap = localAddrPort(fd), rap
+		c.laddr, c.raddr = localTCPAddr(fd), raddr
 	}
 	if err := p.register(c.d, 0); err != nil {
 		unix.Close(fd)

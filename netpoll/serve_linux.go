@@ -23,14 +23,19 @@ import (
 // read direction out of stServe (handoff_linux.go).
 type serverConn struct {
 	s     *Server
-	c     net.Conn // a *Conn, or another package's connection (the fallback)
-	h     Handler
+	c     net.Conn      // a *Conn, or another package's connection (the fallback)
+	h     *Handler      // &s.Handler, or the connection's own (NewHandler)
 	state atomic.Uint32 // ConnState; moved by the owner
 
 	prev, next *serverConn // Server.head's list; guarded by s.mu
 
-	mu    sync.Mutex  // guards timer
-	timer *time.Timer // the idle read deadline (expire); nil until one is used while idle
+	idle atomic.Pointer[idleTimer] // made the first time it idles with a read deadline
+}
+
+// idleTimer is the timer of an idle connection's read deadline (expire).
+type idleTimer struct {
+	mu sync.Mutex // guards t
+	t  *time.Timer
 }
 
 // desc is the descriptor of sc's *Conn, or nil for the fallback's.
@@ -96,11 +101,12 @@ func retryAccept(err error) bool {
 // package's Conn: its first handler call comes when it is readable) or
 // starts the fallback's goroutine.
 func (s *Server) serve(c net.Conn) {
-	sc := &serverConn{s: s, c: c, h: s.Handler}
+	sc := &serverConn{s: s, c: c, h: &s.Handler}
 	if s.NewHandler != nil {
-		sc.h = s.NewHandler(c)
+		h := s.NewHandler(c)
+		sc.h = &h
 	}
-	if sc.h == nil || !s.add(sc) {
+	if *sc.h == nil || !s.add(sc) {
 		c.Close()
 		return
 	}
@@ -162,7 +168,7 @@ func (sc *serverConn) call() (keep bool) {
 			keep = false
 		}
 	}()
-	return sc.h.ServeConn(sc.c) == nil
+	return (*sc.h).ServeConn(sc.c) == nil
 }
 
 // setState moves sc to state st, counts idle connections and calls the
