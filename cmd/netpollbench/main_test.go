@@ -653,7 +653,8 @@ func TestPlanPinOff(t *testing.T) {
 // TestBufferFreeConfigs: the echo server's buffer-free configurations
 // (waitread, ondemand, ondemand-net) pass their flags, join the echo cells
 // and the idle experiment, and stay out of net/http's cells (cmd/httpserver
-// has none of their flags) and the sweep's.
+// has none of their flags); ondemand alone joins the sweep (its cost at a
+// light load: a goroutine started per request).
 func TestBufferFreeConfigs(t *testing.T) {
 	want := map[string]string{
 		"waitread":     "-impl netpoll -spin auto -waitread",
@@ -679,16 +680,26 @@ func TestBufferFreeConfigs(t *testing.T) {
 		if !has(p.idle, n) {
 			t.Errorf("%s is not in the idle experiment", n)
 		}
-		if slices.Contains(httpConfigs, n) || slices.Contains(sweepConfigs, n) {
-			t.Errorf("%s is among the net/http or the sweep's configurations", n)
+		if slices.Contains(httpConfigs, n) {
+			t.Errorf("%s is among net/http's configurations", n)
+		}
+		if swept := slices.Contains(sweepConfigs, n); swept != (n == "ondemand") {
+			t.Errorf("%s in the sweep: %v, want %v", n, swept, n == "ondemand")
 		}
 	}
 	for _, cp := range p.cells {
 		for n := range want {
-			if (cp.http() || cp.rate > 0) && has(cp.srvs, n) {
+			if (cp.http() || (cp.rate > 0 && n != "ondemand")) && has(cp.srvs, n) {
 				t.Errorf("%s is in the cell %s", n, cp.short())
 			}
 		}
+	}
+	swept := false
+	for _, cp := range p.cells {
+		swept = swept || (cp.rate > 0 && has(cp.srvs, "ondemand"))
+	}
+	if !swept {
+		t.Error("ondemand is in no cell of the sweep")
 	}
 }
 

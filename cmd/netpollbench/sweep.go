@@ -22,7 +22,7 @@ import (
 
 // sweepConfigs are the configurations the sweep measures, those of them
 // the run has.
-var sweepConfigs = []string{"net", "et", "inline", "auto", "auto-inline", "spin", "gnet", "c"}
+var sweepConfigs = []string{"net", "et", "inline", "auto", "auto-inline", "spin", "ondemand", "gnet", "c"}
 
 // sweepShape is the sweep's load apart from the rate.
 var sweepShape = cell{conns: 1, size: 64}
