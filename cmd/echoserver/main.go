@@ -4,6 +4,14 @@
 // exits by itself. With -ondemand it serves with a netpoll.Server instead:
 // a handler call per readable connection, which echoes one Read.
 //
+// While it serves, SIGUSR1 makes it collect garbage (runtime.GC, then
+// debug.FreeOSMemory) and write one line to stderr with the heap and
+// goroutines as runtime/metrics sees them then:
+//
+//	echoserver: memstats heap-live=<bytes> heap-objects=<n> goroutines=<n> stacks=<bytes>
+//
+// netpollbench's idle experiment reads it back.
+//
 //	echoserver -impl netpoll -mode oneshot -addr 127.0.0.1:7000 -lifetime 30s
 //	echoserver -ondemand -buf 4096
 package main
@@ -17,7 +25,11 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
 	"sync"
+	"syscall"
 
 	"github.com/edgepoll/edgepoll/internal/servecmd"
 	"github.com/edgepoll/edgepoll/netpoll"
@@ -36,7 +48,77 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
+	// SIGUSR1 writes a memstats line while the server runs; the line and
+	// the server's own messages (-stats, the Server's error log) share
+	// stderr, one Write at a time.
+	stderr = &lockedWriter{w: stderr}
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
+	quit, reported := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(reported)
+		reportMemstats(usr1, quit, stderr)
+	}()
+	defer func() { close(quit); <-reported }()
 	return serve(ctx, args, stdout, stderr)
+}
+
+// reportMemstats writes memstatsLine to w, after a collection and a return
+// of freed memory to the OS, for each value from sigs until quit closes.
+func reportMemstats(sigs <-chan os.Signal, quit <-chan struct{}, w io.Writer) {
+	for {
+		select {
+		case <-sigs:
+			runtime.GC()
+			debug.FreeOSMemory()
+			fmt.Fprintln(w, memstatsLine())
+		case <-quit:
+			return
+		}
+	}
+}
+
+// memstatsNames are the runtime/metrics a memstats line reports, by its
+// keys.
+var memstatsNames = []struct{ key, metric string }{
+	{"heap-live", "/gc/heap/live:bytes"},
+	{"heap-objects", "/gc/heap/objects:objects"},
+	{"goroutines", "/sched/goroutines:goroutines"},
+	{"stacks", "/memory/classes/heap/stacks:bytes"},
+}
+
+// memstatsLine reads memstatsNames and returns them as one line,
+// "echoserver: memstats heap-live=... heap-objects=... goroutines=...
+// stacks=...", no newline. A metric this runtime lacks is "?".
+func memstatsLine() string {
+	samples := make([]metrics.Sample, len(memstatsNames))
+	for i, m := range memstatsNames {
+		samples[i].Name = m.metric
+	}
+	metrics.Read(samples)
+	b := []byte("echoserver: memstats")
+	for i, s := range samples {
+		b = fmt.Appendf(b, " %s=", memstatsNames[i].key)
+		if s.Value.Kind() == metrics.KindUint64 {
+			b = fmt.Appendf(b, "%d", s.Value.Uint64())
+		} else {
+			b = append(b, '?')
+		}
+	}
+	return string(b)
+}
+
+// lockedWriter is w, one Write at a time.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // serve runs the server until its lifetime passes or ctx ends, then closes
