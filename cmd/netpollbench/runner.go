@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -141,7 +142,69 @@ func withSyscalls(line string, n float64) (string, error) {
 type started struct {
 	cmd    *exec.Cmd
 	addr   string
-	stderr *bytes.Buffer // complete, and safe to read, once stop returned
+	stderr *serverLog // complete once stop returned
+}
+
+// serverLog is a server's stderr, kept whole and safe to read while the
+// server writes it.
+type serverLog struct {
+	mu    sync.Mutex
+	b     bytes.Buffer
+	wrote chan struct{} // closed by the next Write
+}
+
+func (l *serverLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.wrote != nil {
+		close(l.wrote)
+		l.wrote = nil
+	}
+	return l.b.Write(p)
+}
+
+func (l *serverLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// line returns the n-th (from 0) complete line of the log that starts
+// with prefix, waiting for it until timeout passes or ctx ends.
+func (l *serverLog) line(ctx context.Context, prefix string, n int, timeout time.Duration) (string, error) {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		l.mu.Lock()
+		s := l.b.String()
+		if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+			s = s[:i] // complete lines only
+		} else {
+			s = ""
+		}
+		seen := 0
+		for _, ln := range strings.Split(s, "\n") {
+			if strings.HasPrefix(ln, prefix) {
+				if seen == n {
+					l.mu.Unlock()
+					return ln, nil
+				}
+				seen++
+			}
+		}
+		if l.wrote == nil {
+			l.wrote = make(chan struct{})
+		}
+		wrote := l.wrote
+		l.mu.Unlock()
+		select {
+		case <-wrote:
+		case <-deadline.C:
+			return "", fmt.Errorf("no line %q from the server within %v", prefix, timeout)
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
 }
 
 // start runs the server binary at path with args (and env added to ours)
@@ -162,7 +225,7 @@ func (r *runner) start(ctx context.Context, pin bool, group *cpuquota.Group, pat
 	if err != nil {
 		return nil, err
 	}
-	var stderr bytes.Buffer
+	var stderr serverLog
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -176,10 +239,13 @@ func (r *runner) start(ctx context.Context, pin bool, group *cpuquota.Group, pat
 	return &started{cmd, addr, &stderr}, nil
 }
 
-// stop ends the server and returns the end of its stderr.
+// stop ends the server and returns the end of its stderr, without the
+// memstats lines the idle experiment asked for.
 func (s *started) stop() string {
 	stopServer(s.cmd)
-	return lastLines(strings.TrimSpace(s.stderr.String()), 3)
+	lines := strings.Split(strings.TrimSpace(s.stderr.String()), "\n")
+	lines = slices.DeleteFunc(lines, func(l string) bool { return strings.HasPrefix(l, memstatsPrefix) })
+	return lastLines(strings.Join(lines, "\n"), 3)
 }
 
 // A job is one measurement: a server in a cell, in a round (0: the
