@@ -122,8 +122,8 @@ func (dr *dir) nudge() {
 		dr.send()
 		return
 	}
-	if dr.srv != nil && dr.state.Load() == stServe {
-		dr.srv.recheck()
+	if dr.state.Load() == stServe {
+		dr.srv.recheck() // set before the direction first entered serve
 	}
 }
 

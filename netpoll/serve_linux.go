@@ -110,15 +110,17 @@ func (s *Server) serve(c net.Conn) {
 		c.Close()
 		return
 	}
+	nc, ok := c.(*Conn)
+	if ok {
+		nc.d.rd.srv = sc // before the first hand-off: notify and nudge read it once they see stServe
+	}
 	if h := s.ConnState; h != nil {
 		h(c, StateNew)
 	}
-	nc, ok := c.(*Conn)
 	if !ok {
 		go sc.fallback()
 		return
 	}
-	nc.d.rd.srv = sc // before the first hand-off: notify reads it once it sees stServe
 	idle, err := sc.handOff(false)
 	switch {
 	case err != nil:

@@ -82,6 +82,7 @@ type Server struct {
 
 	// NewHandler, if not nil, makes each accepted connection's own
 	// handler: a value that keeps the connection's state between calls.
+	// A nil Handler closes the connection at once.
 	NewHandler func(c net.Conn) Handler
 
 	// ConnState, if not nil, is called as a connection changes state,
