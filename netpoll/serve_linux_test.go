@@ -191,6 +191,11 @@ func TestServeIdleHoldsNoGoroutine(t *testing.T) {
 		if st.HandOffs < conns*rounds || st.HandOffChecks+st.HandOffSkips < st.HandOffs {
 			t.Errorf("stats %+v: want at least %d hand-offs, each checked or skipped", st, conns*rounds)
 		}
+		// Every call was started by an edge, which the poller counts as a
+		// wakeup (adaptive spinning learns from them).
+		if woken := g.Stats().Total.Woken; woken < st.HandlerStarts {
+			t.Errorf("the pollers counted %d wakeups for %d handler starts", woken, st.HandlerStarts)
+		}
 		for c, state := range s.Conns() {
 			if state != netpoll.StateIdle || netpoll.ReadState(c) != "serve" {
 				t.Errorf("%v: %v, read state %s; want idle, serve", c.RemoteAddr(), state, netpoll.ReadState(c))
