@@ -135,7 +135,7 @@ func roundTrip(t *testing.T, c net.Conn, msg []byte) {
 
 // eachServeConfig runs f on a group of every registration mode, with
 // short-read skipping on (the hand-off may skip its socket check) and off
-// (it always checks).
+// (it always checks), and on one whose handlers wait inline (WaitInline).
 func eachServeConfig(t *testing.T, f func(t *testing.T, cfg netpoll.Config)) {
 	for _, m := range modes {
 		for _, sr := range []netpoll.ShortRead{netpoll.ShortReadOn, netpoll.ShortReadOff} {
@@ -144,6 +144,9 @@ func eachServeConfig(t *testing.T, f func(t *testing.T, cfg netpoll.Config)) {
 			})
 		}
 	}
+	t.Run("mode=et/wait=inline", func(t *testing.T) {
+		f(t, netpoll.Config{Wait: netpoll.WaitInline})
+	})
 }
 
 // TestServeIdleHoldsNoGoroutine serves 100 connections that echo a few
