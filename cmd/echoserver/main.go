@@ -4,6 +4,12 @@
 // exits by itself. With -ondemand it serves with a netpoll.Server instead:
 // a handler call per readable connection, which echoes one Read.
 //
+// With -idletimeout D, a connection that sends nothing for D is closed:
+// before each wait for a request the server sets a read deadline of now+D
+// (with -ondemand, the handler sets it after each echo, and the
+// netpoll.Server's ConnState hook on a new connection before its first
+// wait), and a Read that fails with the timeout ends the connection.
+//
 // While it serves, SIGUSR1 makes it collect garbage (runtime.GC, then
 // debug.FreeOSMemory) and write one line to stderr with the heap and
 // goroutines as runtime/metrics sees them then:
@@ -30,6 +36,7 @@ import (
 	"runtime/metrics"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/edgepoll/edgepoll/internal/servecmd"
 	"github.com/edgepoll/edgepoll/netpoll"
@@ -131,6 +138,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	bufSize := fs.Int("buf", 64<<10, "read buffer per connection")
 	waitRead := fs.Bool("waitread", false, "wait for readability with Conn.WaitRead, holding no buffer, and take one from a pool only to read and echo (needs -impl netpoll)")
 	onDemand := fs.Bool("ondemand", false, "serve with netpoll.Server: a handler call per readable connection takes a buffer from a pool, echoes one Read and returns, so an idle connection holds no buffer, and no goroutine with -impl netpoll (-impl net: the Server's fallback, a goroutine per connection)")
+	idleTimeout := fs.Duration("idletimeout", 0, "close a connection that sends nothing for this long: a read deadline of now+D before each wait for a request (0: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -139,6 +147,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *bufSize < 1 {
 		return fmt.Errorf("bad -buf %d: want at least 1", *bufSize)
+	}
+	if *idleTimeout < 0 {
+		return fmt.Errorf("bad -idletimeout %v: want a duration, or 0 for none", *idleTimeout)
 	}
 	if *onDemand && *waitRead {
 		return errors.New("-ondemand and -waitread are two ways to wait without a buffer: choose one")
@@ -156,13 +167,33 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	s.Announce(stdout, "echoserver")
 
 	pool := sync.Pool{New: func() any { b := make([]byte, *bufSize); return &b }}
+	idle := idleDeadline(*idleTimeout)
 	if *onDemand {
-		return s.ServeOnDemand(ctx, echoOnDemand(&pool))
+		if idle != nil {
+			// The handler sets the deadline after each echo; a new
+			// connection gets it before its first wait.
+			s.ConnState = func(c net.Conn, st netpoll.ConnState) {
+				if st == netpoll.StateNew {
+					idle(c)
+				}
+			}
+		}
+		return s.ServeOnDemand(ctx, echoOnDemand(&pool, idle))
 	}
 	if *waitRead {
-		return s.Serve(ctx, func(_ context.Context, c net.Conn) { echoWaiting(c.(readWaiter), &pool) })
+		return s.Serve(ctx, func(_ context.Context, c net.Conn) { echoWaiting(c.(readWaiter), &pool, idle) })
 	}
-	return s.Serve(ctx, func(_ context.Context, c net.Conn) { echo(c, *bufSize) })
+	return s.Serve(ctx, func(_ context.Context, c net.Conn) { echo(c, *bufSize, idle) })
+}
+
+// idleDeadline returns what sets a connection's read deadline to d from
+// now, before it waits for a request (-idletimeout), or nil for d = 0: no
+// deadline, and the echo loops' hot path as it was.
+func idleDeadline(d time.Duration) func(c net.Conn) error {
+	if d <= 0 {
+		return nil
+	}
+	return func(c net.Conn) error { return c.SetReadDeadline(time.Now().Add(d)) }
 }
 
 // readWaiter is netpoll's Conn: a net.Conn with a buffer-free wait.
@@ -172,9 +203,14 @@ type readWaiter interface {
 }
 
 // echoWaiting is echo holding a buffer only while it reads and writes: it
-// waits for readability with none, and takes one from pool to echo.
-func echoWaiting(c readWaiter, pool *sync.Pool) {
+// waits for readability with none, and takes one from pool to echo. idle
+// (unless nil) sets the read deadline before each wait, which ends it as
+// it ends Read.
+func echoWaiting(c readWaiter, pool *sync.Pool, idle func(net.Conn) error) {
 	for {
+		if idle != nil && idle(c) != nil {
+			return
+		}
 		if err := c.WaitRead(); err != nil {
 			return
 		}
@@ -194,8 +230,11 @@ func echoWaiting(c readWaiter, pool *sync.Pool) {
 // connection is readable, it takes a buffer from pool, writes back what
 // one Read returns and gives the buffer back. nil waits for more; a Read
 // or Write error (EOF too) closes the connection. What one Read leaves
-// queued calls it again.
-func echoOnDemand(pool *sync.Pool) netpoll.HandlerFunc {
+// queued calls it again. After an echo, idle (unless nil) sets the read
+// deadline for the wait that follows: when it passes, the Server calls the
+// handler, whose Read fails with the timeout, and the error closes the
+// connection.
+func echoOnDemand(pool *sync.Pool, idle func(net.Conn) error) netpoll.HandlerFunc {
 	return func(c net.Conn) error {
 		bp := pool.Get().(*[]byte)
 		n, err := c.Read(*bp)
@@ -205,14 +244,21 @@ func echoOnDemand(pool *sync.Pool) netpoll.HandlerFunc {
 			}
 		}
 		pool.Put(bp)
+		if err == nil && idle != nil {
+			err = idle(c)
+		}
 		return err
 	}
 }
 
-// echo writes back what it reads until the peer closes or an error.
-func echo(c net.Conn, bufSize int) {
+// echo writes back what it reads until the peer closes or an error. idle
+// (unless nil) sets the read deadline before each Read.
+func echo(c net.Conn, bufSize int, idle func(net.Conn) error) {
 	buf := make([]byte, bufSize)
 	for {
+		if idle != nil && idle(c) != nil {
+			return
+		}
 		n, err := c.Read(buf)
 		if n > 0 {
 			if _, werr := c.Write(buf[:n]); werr != nil {

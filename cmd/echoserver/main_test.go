@@ -83,6 +83,8 @@ func TestEcho(t *testing.T) {
 		{"-impl", "netpoll", "-mode", "lt", "-wait", "inline", "-ondemand", "-buf", "100"},
 		{"-impl", "net", "-ondemand"},
 		{"-impl", "net", "-ondemand", "-buf", "100", "-zerocopy=false"},
+		{"-impl", "netpoll", "-idletimeout", "1m"},
+		{"-impl", "netpoll", "-ondemand", "-idletimeout", "1m"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			goroutines, fds := runtime.NumGoroutine(), countFDs(t)
@@ -161,12 +163,96 @@ func TestBadFlags(t *testing.T) {
 		{"-impl net -waitread", "-waitread needs -impl netpoll"},
 		{"-ondemand -waitread", "-ondemand and -waitread"},
 		{"-impl net -waitread -ondemand", "-ondemand and -waitread"},
+		{"-idletimeout -1s", "bad -idletimeout -1s"},
+		{"-ondemand -idletimeout -5ms", "bad -idletimeout -5ms"},
 		{"extra", "unexpected"},
 	} {
 		err := run(strings.Fields(tt.args), io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("run(%s) = %v, want an error mentioning %s", tt.args, err, tt.want)
 		}
+	}
+}
+
+// TestIdleTimeout: with -idletimeout, in every way the server waits, a
+// connection that never sends and one that echoes once and then stays
+// quiet are closed by the server (the client reads EOF), and one that
+// talks more often than the timeout stays open and echoes. The times are
+// not asserted: watchdog is only a bound on a hung test.
+func TestIdleTimeout(t *testing.T) {
+	const (
+		timeout  = 200 * time.Millisecond
+		interval = 20 * time.Millisecond // between the talker's echoes
+		talk     = 4 * timeout           // how long the talker talks
+		watchdog = 10 * time.Second
+	)
+	for _, args := range [][]string{
+		{"-impl", "net"},
+		{"-impl", "netpoll"},
+		{"-impl", "netpoll", "-waitread"},
+		{"-impl", "netpoll", "-ondemand"},
+		{"-impl", "netpoll", "-ondemand", "-zerocopy=false"},
+		{"-impl", "net", "-ondemand"},
+	} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			addr := startServer(t, append(args, "-idletimeout", timeout.String(), "-buf", "100")...)
+			dial := func() net.Conn {
+				t.Helper()
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c.Close() })
+				return c
+			}
+			echoOnce := func(c net.Conn, msg []byte) error {
+				c.SetDeadline(time.Now().Add(watchdog))
+				defer c.SetDeadline(time.Time{})
+				if _, err := c.Write(msg); err != nil {
+					return err
+				}
+				got := make([]byte, len(msg))
+				if _, err := io.ReadFull(c, got); err != nil {
+					return err
+				}
+				if !bytes.Equal(got, msg) {
+					return fmt.Errorf("echo %q, sent %q", got, msg)
+				}
+				return nil
+			}
+			// closed waits for the server to close c: its Read returns
+			// io.EOF, with nothing before it.
+			closed := func(c net.Conn, what string) {
+				c.SetReadDeadline(time.Now().Add(watchdog))
+				n, err := c.Read(make([]byte, 1))
+				if n != 0 || err != io.EOF {
+					t.Errorf("%s: Read = %d, %v; want 0, EOF: the server closing it", what, n, err)
+				}
+			}
+			silent, quiet, talker := dial(), dial(), dial()
+			if err := echoOnce(quiet, []byte("once")); err != nil {
+				t.Fatalf("quiet's echo: %v", err)
+			}
+			done := make(chan error, 1)
+			go func() {
+				for i := 0; ; i++ {
+					if err := echoOnce(talker, []byte(fmt.Sprintf("message %d", i))); err != nil {
+						done <- fmt.Errorf("message %d: %w", i, err)
+						return
+					}
+					if i > 0 && time.Duration(i)*interval >= talk {
+						done <- nil
+						return
+					}
+					time.Sleep(interval)
+				}
+			}()
+			closed(silent, "a connection that never sent")
+			closed(quiet, "a connection quiet after one echo")
+			if err := <-done; err != nil {
+				t.Errorf("a connection talking every %v: %v", interval, err)
+			}
+		})
 	}
 }
 

@@ -90,9 +90,16 @@ func (f *Flags) label() string {
 type Server struct {
 	Listener net.Listener
 	Group    *netpoll.Group // nil for -impl net
-	flags    *Flags
-	profile  *os.File
-	stderr   io.Writer // for -stats
+
+	// ConnState, if set before ServeOnDemand, is its netpoll.Server's
+	// ConnState hook. With -zerocopy=false it sees the connection the
+	// Server serves (netpoll's or package net's own), not the one the
+	// handler gets.
+	ConnState func(c net.Conn, state netpoll.ConnState)
+
+	flags   *Flags
+	profile *os.File
+	stderr  io.Writer // for -stats
 }
 
 // Listen builds the listener the flags ask for and starts the CPU profile.
@@ -261,7 +268,7 @@ func (s *Server) ServeOnDemand(ctx context.Context, h netpoll.Handler) error {
 		inner := h
 		h = netpoll.HandlerFunc(func(c net.Conn) error { return inner.ServeConn(CopyOnly(c)) })
 	}
-	srv := &netpoll.Server{Handler: h, ErrorLog: log.New(s.stderr, "", log.LstdFlags)}
+	srv := &netpoll.Server{Handler: h, ConnState: s.ConnState, ErrorLog: log.New(s.stderr, "", log.LstdFlags)}
 	served := make(chan error, 1)
 	done := make(chan struct{})
 	go func() {
