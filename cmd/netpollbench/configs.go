@@ -38,6 +38,17 @@ var servers = []server{
 	// goroutine per connection that waits with no buffer.
 	{"ondemand", "cfg=ondemand/impl=netpoll/mode=et/spin=auto/ondemand=on", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-ondemand"}, nil},
 	{"ondemand-net", "cfg=ondemand-net/impl=net/ondemand=on", "echoserver", []string{"-impl", "net", "-ondemand"}, nil},
+	// ondemand and auto with an idle timeout set (echoserver's
+	// -idletimeout): a timer per idle connection, what the idle
+	// experiment asks of them, and in the echo cells a read deadline set
+	// again at each request (the plan has no idle-only configurations;
+	// like waitread they stay out of net/http's cells and the sweep).
+	// idleTimeout outlives the idle experiment's servers, so it never
+	// fires there: every connection stays open, holding its timer.
+	{"ondemand-timeout", "cfg=ondemand-timeout/impl=netpoll/mode=et/spin=auto/ondemand=on/idletimeout=" + idleTimeout, "echoserver",
+		[]string{"-impl", "netpoll", "-spin", "auto", "-ondemand", "-idletimeout", idleTimeout}, nil},
+	{"auto-timeout", "cfg=auto-timeout/impl=netpoll/mode=et/spin=auto/idletimeout=" + idleTimeout, "echoserver",
+		[]string{"-impl", "netpoll", "-spin", "auto", "-idletimeout", idleTimeout}, nil},
 	// Short-read skipping off (it is on in every netpoll configuration above).
 	{"et-noskip", "cfg=et-noskip/impl=netpoll/mode=et/spin=0/shortread=off", "echoserver", []string{"-impl", "netpoll", "-mode", "et", "-spin", "0", "-shortread", "off"}, nil},
 	{"auto-noskip", "cfg=auto-noskip/impl=netpoll/mode=et/spin=auto/shortread=off", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-shortread", "off"}, nil},
@@ -46,6 +57,14 @@ var servers = []server{
 	{"cloudwego", "cfg=cloudwego/impl=cloudwego", "cloudwegoecho", nil, nil},
 	{"c", "cfg=c/impl=c-epoll-et", "cref", nil, nil},
 }
+
+// idleTimeout is the -idletimeout of the -timeout configurations: longer
+// than idleLifetime, the idle experiment's server -lifetime
+// (TestBufferFreeConfigs checks). Not 1m: a connection there is quiet
+// from its echo to the burst, and the waits in between for RSS to settle
+// and for memstats lines may add up to 80 s (rssBound, idleGCWait) plus
+// the dialling of every connection.
+const idleTimeout = "10m"
 
 // runtimeServers are package net's echo server built with the patched
 // toolchain (runtime_patch/build.sh), with GODEBUG empty ("rt-none") and

@@ -94,7 +94,7 @@ const (
 	idleEchoBuf  = 4096             // echoserver's -buf in this experiment
 	idleDialers  = 32               // connections dialled at once, far below the listen backlog
 	idleDialWait = 10 * time.Second // bound on one connection's dial, and on its echo
-	idleLifetime = 2 * time.Minute  // the server's -lifetime: it exits even if netpollbench dies
+	idleLifetime = 2 * time.Minute  // the server's -lifetime: it exits even if netpollbench dies; idleTimeout (configs.go) outlives it
 	idleGCWait   = 30 * time.Second // the longest wait for a memstats line after SIGUSR1
 	rssPoll      = 100 * time.Millisecond
 	rssWindow    = 5               // consecutive readings that must agree for RSS to have settled

@@ -13,7 +13,8 @@ import (
 )
 
 // TestIdle measures 200 idle connections on net, et and the on-demand
-// echo servers, and the C reference (a peer, when a C compiler is there),
+// echo servers (one with an idle timeout, which must not close them), and
+// the C reference (a peer, when a C compiler is there),
 // next to a server whose binary is not there and one that refuses its
 // flags: those two are failures, shown as missing, never as zero. The
 // echoservers tell their memstats; the peer shows — for them.
@@ -28,7 +29,7 @@ func TestIdle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srvs, err := pickServers([]string{"net", "et", "ondemand", "ondemand-net", "c"})
+	srvs, err := pickServers([]string{"net", "et", "ondemand", "ondemand-net", "ondemand-timeout", "c"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,8 +162,9 @@ func checkIdleFigures(t *testing.T, row idleRow) {
 		t.Errorf("%s: memstats %+v -> %+v: want heap live and objects growing", row.cfg, g.one, g.all)
 	}
 	// A goroutine per connection on package net, and on netpoll but for
-	// the on-demand server there, which holds none for an idle one.
-	if d := perConn(g.one.goroutines, g.all.goroutines, row.conns); (row.cfg == "ondemand") != (d < 0.5) {
+	// the on-demand servers there, which hold none for an idle one.
+	onDemand := row.cfg == "ondemand" || row.cfg == "ondemand-timeout"
+	if d := perConn(g.one.goroutines, g.all.goroutines, row.conns); onDemand != (d < 0.5) {
 		t.Errorf("%s: %.2f goroutines per connection", row.cfg, d)
 	}
 	if g.burst.heapLive <= 0 || g.burst.goroutines <= 0 {

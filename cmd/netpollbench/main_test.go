@@ -503,6 +503,8 @@ func TestBadFlags(t *testing.T) {
 		{"-http gnet", `"gnet" does not serve net/http`},
 		{"-configs net,ondemand -http ondemand", `"ondemand" does not serve net/http`},
 		{"-configs net,ondemand-net -http ondemand-net", `"ondemand-net" does not serve net/http`},
+		{"-configs net,ondemand-timeout -http ondemand-timeout", `"ondemand-timeout" does not serve net/http`},
+		{"-configs net,auto-timeout -http auto-timeout", `"auto-timeout" does not serve net/http`},
 		{"-configs net -http et", `"et" is not among -configs`},
 		{"-runtime maybe", "-runtime"},
 		{"-idle -3", "-idle"},
@@ -651,17 +653,25 @@ func TestPlanPinOff(t *testing.T) {
 }
 
 // TestBufferFreeConfigs: the echo server's buffer-free configurations
-// (waitread, ondemand, ondemand-net) pass their flags, join the echo cells
+// (waitread, ondemand, ondemand-net) and those with an idle timeout
+// (ondemand-timeout, auto-timeout) pass their flags, join the echo cells
 // and the idle experiment, and stay out of net/http's cells (cmd/httpserver
 // has none of their flags); ondemand alone joins the sweep (its cost at a
-// light load: a goroutine started per request).
+// light load: a goroutine started per request). The idle timeout outlives
+// the idle experiment's servers, so that it never closes a connection
+// there.
 func TestBufferFreeConfigs(t *testing.T) {
 	want := map[string]string{
-		"waitread":     "-impl netpoll -spin auto -waitread",
-		"ondemand":     "-impl netpoll -spin auto -ondemand",
-		"ondemand-net": "-impl net -ondemand",
+		"waitread":         "-impl netpoll -spin auto -waitread",
+		"ondemand":         "-impl netpoll -spin auto -ondemand",
+		"ondemand-net":     "-impl net -ondemand",
+		"ondemand-timeout": "-impl netpoll -spin auto -ondemand -idletimeout 10m",
+		"auto-timeout":     "-impl netpoll -spin auto -idletimeout 10m",
 	}
-	names := []string{"net", "auto", "waitread", "ondemand", "ondemand-net"}
+	if d, err := time.ParseDuration(idleTimeout); err != nil || d <= idleLifetime {
+		t.Errorf("idleTimeout %s (%v): want a duration longer than idleLifetime, %v", idleTimeout, err, idleLifetime)
+	}
+	names := []string{"net", "auto", "waitread", "ondemand", "ondemand-net", "ondemand-timeout", "auto-timeout"}
 	p, srvs := testPlan(t, "-runtime", "off", "-pin", "on", "-configs", strings.Join(names, ","))
 	for _, s := range srvs {
 		if w, ok := want[s.name]; ok && (s.bin != "echoserver" || strings.Join(s.args, " ") != w || !strings.HasPrefix(s.label, "cfg="+s.name+"/")) {
