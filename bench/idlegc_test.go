@@ -1,13 +1,17 @@
 package bench
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"runtime"
 	"runtime/metrics"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -19,20 +23,23 @@ import (
 )
 
 // BenchmarkIdleGC asks what idle connections cost the garbage collector
-// while others work: 9,000 idle connections (both ends in this process, two
-// fds each, under the 20,000-fd limit; NETPOLL_IDLE_CONNS sets another
-// count) held open on a server, and 50 connections doing 64-byte echoes
-// through it, the handler allocating 1 KiB of garbage per request as a real
-// one would. Served goroutine-per-connection (each idle connection parks a
-// goroutine with a 4 KiB buffer, as net/http's conn does) or on demand
-// (netpoll.Server: no goroutine, no buffer). It reports the GC's CPU
-// (runtime/metrics /cpu/classes/gc/total) per request, its share of the
-// process's CPU (getrusage; the clients' work is in it too) and the GC
+// while others work: 18,000 idle connections (NETPOLL_IDLE_CONNS sets
+// another count) held open on a server, and 50 connections doing 64-byte
+// echoes through it, the handler allocating 1 KiB of garbage per request
+// as a real one would. The idle clients are bare sockets in a child
+// process (this test binary again, TestIdleClients), so that the server's
+// process holds one fd per connection under the 20,000-fd limit and the
+// clients' CPU is not in its figures. Served goroutine-per-connection
+// (each idle connection parks a goroutine with a 4 KiB buffer, as
+// net/http's conn does) or on demand (netpoll.Server: no goroutine, no
+// buffer). It reports the GC's CPU (runtime/metrics
+// /cpu/classes/gc/total) per request, its share of the process's CPU
+// (getrusage; the 50 active clients run in this process too) and the GC
 // cycles per 1,000 requests. Run it alone:
 //
-//	go test -run '^$' -bench IdleGC -benchtime 200000x -count 6 ./bench
+//	go test -run '^$' -bench IdleGC -benchtime 400000x -count 6 ./bench
 func BenchmarkIdleGC(b *testing.B) {
-	idle := 9000
+	idle := 18000
 	if s := os.Getenv("NETPOLL_IDLE_CONNS"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil {
@@ -102,12 +109,8 @@ func idleGC(b *testing.B, serve string, idle int) {
 		go s.Serve(l)
 		defer s.Close()
 	}
-	fds := idleClients(b, l.Addr().(*net.TCPAddr).Port, idle)
-	defer func() {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-	}()
+	stopClients := idleClients(b, l.Addr().(*net.TCPAddr).Port, idle)
+	defer stopClients()
 	const active = 50
 	clients := make([]net.Conn, active)
 	for i := range clients {
@@ -154,38 +157,103 @@ func idleGC(b *testing.B, serve string, idle int) {
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 }
 
-// idleClients opens n connections as bare sockets (no Go objects on the
-// client side), each echoing one byte, and returns their fds.
-func idleClients(b *testing.B, port, n int) []int {
-	var lim unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err == nil && lim.Cur < lim.Max {
-		lim.Cur = lim.Max
-		unix.Setrlimit(unix.RLIMIT_NOFILE, &lim)
+// idleClientsEnv tells the test binary it runs as BenchmarkIdleGC's idle
+// clients: "port,count".
+const idleClientsEnv = "NETPOLL_IDLE_CLIENTS"
+
+// idleClients starts a child process (this test binary, TestIdleClients)
+// that opens n connections to port, each echoing one byte, and holds them
+// until the returned function ends it.
+func idleClients(b *testing.B, port, n int) (stop func()) {
+	if err := raiseNoFile(n + 200); err != nil {
+		b.Fatal(err)
 	}
-	if fit := (int(lim.Cur) - 200) / 2; n > fit {
-		b.Logf("RLIMIT_NOFILE %d fits %d idle connections, not %d", lim.Cur, fit, n)
-		n = fit
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestIdleClients$")
+	cmd.Env = append(os.Environ(), idleClientsEnv+"="+strconv.Itoa(port)+","+strconv.Itoa(n))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	stop = func() {
+		stdin.Close()
+		cmd.Wait()
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		stop()
+		b.Fatalf("idle clients: %q, %v", line, err)
+	}
+	return stop
+}
+
+// TestIdleClients is BenchmarkIdleGC's child process: it opens the
+// connections, says "ready", and holds them until its stdin closes. Run
+// any other way it does nothing.
+func TestIdleClients(t *testing.T) {
+	v := os.Getenv(idleClientsEnv)
+	if v == "" {
+		return // not a child of BenchmarkIdleGC
+	}
+	ps, ns, _ := strings.Cut(v, ",")
+	port, err1 := strconv.Atoi(ps)
+	n, err2 := strconv.Atoi(ns)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("%s=%q", idleClientsEnv, v)
+	}
+	if err := raiseNoFile(n + 200); err != nil {
+		t.Fatal(err)
 	}
 	sa := &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}
 	fds := make([]int, 0, n)
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
 	for range n {
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
-			b.Fatal(err)
+			t.Fatal(err)
 		}
 		fds = append(fds, fd)
 		if err := unix.Connect(fd, sa); err != nil {
-			b.Fatal(err)
+			t.Fatal(err)
 		}
 		var one [1]byte
 		if _, err := unix.Write(fd, one[:]); err != nil {
-			b.Fatal(err)
+			t.Fatal(err)
 		}
 		if k, err := unix.Read(fd, one[:]); k != 1 || err != nil {
-			b.Fatalf("idle client's echo: %d, %v", k, err)
+			t.Fatalf("idle client's echo: %d, %v", k, err)
 		}
 	}
-	return fds
+	fmt.Println("ready")
+	io.Copy(io.Discard, os.Stdin)
+}
+
+// raiseNoFile raises RLIMIT_NOFILE's soft limit to its hard limit, and
+// says so if that is below need.
+func raiseNoFile(need int) error {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return err
+	}
+	lim.Cur = lim.Max
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return err
+	}
+	if int(lim.Cur) < need {
+		return fmt.Errorf("RLIMIT_NOFILE %d, below the %d fds wanted", lim.Cur, need)
+	}
+	return nil
 }
 
 type gcFigures struct {
