@@ -34,11 +34,11 @@ const (
 // idle true: the read direction is in stServe, and the caller must not
 // touch sc again: whoever moves it out starts the handler. idle false with
 // a nil error: the caller keeps sc and calls the handler, because
-// something is readable, or Close, the read deadline or Shutdown came (the
-// run loop sees Close and Shutdown; the handler's Read, the deadline). A
-// non-nil error says the connection is done: it was closed, or the handler
-// returned with its read deadline past (it would otherwise be called
-// again at once, for ever) or after its Read met EOF or an error.
+// something is readable or the read deadline passed while the connection
+// was idle or handing off (the handler's Read reports it). A non-nil error
+// says the connection is done: it was closed or the Server shut down, or
+// the handler returned with its read deadline past (it would otherwise be
+// called again at once, for ever) or after its Read met EOF or an error.
 //
 // What it must not lose is the CL 22031 hazard: data queued before the
 // hand-off with no edge to come. The descriptor knows whether an edge came
