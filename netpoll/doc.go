@@ -311,7 +311,10 @@
 // The guarantees. The handler is called when the connection is readable
 // (data, EOF, an error such as a reset) or its read deadline has passed;
 // write readiness alone never calls it. It may block as long as it likes
-// mid-request, and at most one call runs per connection at a time. When
+// mid-request, and at most one call runs per connection at a time; there
+// is no pool of handler goroutines, so no bound that handlers waiting on
+// each other could exhaust (a call is a goroutine, started by the edge
+// that makes work and gone when it returns). When
 // it returns nil, whatever is queued in the socket then, or comes later,
 // calls it again, exactly once: the hand-off asks the socket (poll(2),
 // which leaves a pending reset for the next Read, where recv with MSG_PEEK
