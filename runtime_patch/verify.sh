@@ -2,15 +2,18 @@
 # verify.sh [GOROOT] checks the edgepoll toolchain built by build.sh.
 #
 # For GODEBUG empty and for each setting (netpolloneshot=1, netpollspin=50,
-# netpollspin=auto, netpollshards=4, netpollshortread=1) it runs, with
-# GODEBUG set for the go command and the tests alike (both run on the
-# patched runtime):
+# netpollspin=auto, netpollshards=4, netpollshortread=1, netpollzeroread=1)
+# it runs, with GODEBUG set for the go command and the tests alike (both run
+# on the patched runtime):
 #   go vet runtime
 #   go test -short net internal/poll os/signal net/http
 #                  (under a netpollshortread setting also os and os/exec,
-#                   whose tests read pipes and sockets in every way)
+#                   whose tests read pipes and sockets in every way; under
+#                   netpollzeroread also os)
 #   go test -short -run Netpoll runtime   (TestNetpollBreak, TestNetpollDeadlock,
 #                                          TestNetpollWaiters)
+# netpollzeroread=1 combined with netpollshortread=1 and with
+# netpolloneshot=1 runs go test -short net internal/poll only.
 # Under a netpollshards setting it also runs the net and net/http tests
 # with 300 fds already open, so that their own fds are in shards other
 # than the root (shard 0 holds fds 0 to 255).
@@ -26,7 +29,10 @@
 # the reason when it cannot make one, unless CI is set); n
 # eventpoll fds and Ms waiting on single shards for netpollshards, and for
 # netpollshortread reads failing with EAGAIN down to a tenth of the stock
-# count in a ping-pong whose reads are all short (under strace). It runs
+# count in a ping-pong whose reads are all short (under strace), and for
+# netpollzeroread a zero-byte Read that waits for a later write, returns at
+# once for queued data with no new edge, ends with a deadline and with
+# Close, and leaves a reset for the next Read (stock: returns at once). It runs
 # every step, prints a summary, and exits 1 if any step failed.
 #
 # Environment read:
@@ -36,7 +42,7 @@
 #   EDGEPOLL_VERIFY_CACHE  GOCACHE for the tests (default: .verify-gocache
 #                          next to GOROOT), kept between runs
 #   EDGEPOLL_SETTINGS      space-separated GODEBUG values to test instead of
-#                          the six above; write "-" for GODEBUG empty
+#                          the nine above; write "-" for GODEBUG empty
 #   TMPDIR                 where the temporary HOME and check binary go
 #   PATH                   to find strace, taskset and the C toolchain
 #   CI                     when set, check spinquota fails instead of
@@ -50,7 +56,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 goroot=${1:-${EDGEPOLL_GOROOT:-$HOME/.cache/edgepoll/$version}}
 goroot=$(cd "$goroot" 2>/dev/null && pwd) || { echo "verify.sh: no GOROOT at ${1:-${EDGEPOLL_GOROOT:-$HOME/.cache/edgepoll/$version}}; run build.sh first" >&2; exit 1; }
 cache=${EDGEPOLL_VERIFY_CACHE:-$(dirname "$goroot")/.verify-gocache}
-read -r -a settings <<<"${EDGEPOLL_SETTINGS:-- netpolloneshot=1 netpollspin=50 netpollspin=auto netpollshards=4 netpollshortread=1}"
+read -r -a settings <<<"${EDGEPOLL_SETTINGS:-- netpolloneshot=1 netpollspin=50 netpollspin=auto netpollshards=4 netpollshortread=1 netpollzeroread=1 netpollzeroread=1,netpollshortread=1 netpollzeroread=1,netpolloneshot=1}"
 
 for v in $(compgen -e); do
 	[[ $v == GO* || $v == CGO_* ]] && unset "$v"
@@ -99,10 +105,19 @@ for s in "${settings[@]}"; do
 	[[ $s == - ]] && s=
 	label=${s:-default}
 	export GODEBUG=$s
+	if [[ $s == netpollzeroread=1,* ]]; then
+		# netpollzeroread combined with another setting: the packages
+		# whose Reads it changes.
+		step "$label: go test net internal/poll" go test -short -count=1 net internal/poll
+		continue
+	fi
 	step "$label: go vet runtime" go vet runtime
 	pkgs=(net internal/poll os/signal net/http)
 	if [[ $s == *netpollshortread* ]]; then
 		pkgs=(net internal/poll os os/exec os/signal net/http)
+	fi
+	if [[ $s == *netpollzeroread* ]]; then
+		pkgs=(net internal/poll os os/signal net/http)
 	fi
 	step "$label: go test ${pkgs[*]}" go test -short -count=1 "${pkgs[@]}"
 	step "$label: go test -run Netpoll runtime" go test -short -count=1 -run Netpoll runtime
@@ -137,6 +152,7 @@ if [[ -x $tmp/check ]]; then
 	step "check spinquota" "$tmp/check" spinquota
 	step "check shards" "$tmp/check" shards
 	step "check shortread" "$tmp/check" shortread
+	step "check zeroread" "$tmp/check" zeroread
 fi
 
 echo

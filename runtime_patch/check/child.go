@@ -1,31 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"syscall"
 )
-
-// child runs itself with GODEBUG=godebug and env added to its environment,
-// and returns its stdout and stderr.
-func (c checker) child(godebug string, env, wrap []string, args ...string) (stdout, stderr []byte, err error) {
-	argv := append(wrap, c.self, "child")
-	argv = append(argv, args...)
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(append(os.Environ(), env...), "GODEBUG="+godebug)
-	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	if err := cmd.Run(); err != nil {
-		return nil, nil, fmt.Errorf("%q: %v\n%s", argv, err, e.Bytes())
-	}
-	return o.Bytes(), e.Bytes(), nil
-}
 
 func child(args []string, stdout io.Writer) error {
 	if len(args) == 0 {
@@ -37,6 +20,7 @@ func child(args []string, stdout io.Writer) error {
 	peer := fs.String("peer", "", "ping-pong against this echo address instead of an in-process peer")
 	fill := fs.Int("fill", 0, "open this many fds (of /dev/null) before the ping-pongs")
 	sleeps := fs.Int("sleeps", idleSleeps, "idle: sleeps in the idle window after the ping-pong")
+	want := fs.Bool("on", false, "zeroread: expect GODEBUG=netpollzeroread=1 in effect")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -77,6 +61,8 @@ func child(args []string, stdout io.Writer) error {
 		}
 		fmt.Fprintln(stdout, line)
 		return nil
+	case "zeroread":
+		return zeroReadChild(*want, stdout)
 	case "epollfds":
 		line, err := epollFDs()
 		if err != nil {

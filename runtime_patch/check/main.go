@@ -51,10 +51,16 @@
 //     the stock count (about one per round per side), with read skips
 //     and a write skip counted by the runtime; every byte is checked.
 //     See shortread.go.
+//   - zeroread: a child, with netpollzeroread=1 and without, asserts what a
+//     Read of zero bytes from a TCP socket does: with the setting it waits
+//     for a later write (parked in waitReadable), returns at once for a
+//     byte queued before it with no new edge, fails with the deadline and
+//     with Close, and after a reset returns with the reset left for the
+//     next Read; without it, it returns at once. See zeroread.go.
 //
 // Check fails unless runtime.Version names the patched toolchain, since a
 // stock runtime ignores the settings. The child form is
-// "check child pingpong|echo|epollfds|accept|idle|shortread [-n rounds] [-pairs n] [-peer addr] [-sleeps n]";
+// "check child pingpong|echo|epollfds|accept|idle|shortread|zeroread [-n rounds] [-pairs n] [-peer addr] [-sleeps n] [-on]";
 // it is for check's own use, and for measuring: "accept" dials n connections one
 // after another to a listener that one goroutine accepts from, and prints
 // the accepts and the process's context switches, for the runtime counters
@@ -91,7 +97,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return errors.New("usage: check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|spinquota|shards|shortread")
+		return errors.New("usage: check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|spinquota|shards|shortread|zeroread")
 	}
 	if !strings.Contains(runtime.Version(), "edgepoll") {
 		return fmt.Errorf("built with %s, not the patched toolchain: the settings would be ignored", runtime.Version())
@@ -114,6 +120,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return c.shards(*shards)
 	case "shortread":
 		return c.shortRead()
+	case "zeroread":
+		return c.zeroRead()
 	}
 	return fmt.Errorf("unknown check %q", fs.Arg(0))
 }

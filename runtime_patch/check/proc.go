@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -16,6 +18,21 @@ type checker struct {
 	self   string
 	rounds int
 	out    io.Writer
+}
+
+// child runs itself with GODEBUG=godebug and env added to its environment,
+// and returns its stdout and stderr.
+func (c checker) child(godebug string, env, wrap []string, args ...string) (stdout, stderr []byte, err error) {
+	argv := append(wrap, c.self, "child")
+	argv = append(argv, args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(append(os.Environ(), env...), "GODEBUG="+godebug)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	if err := cmd.Run(); err != nil {
+		return nil, nil, fmt.Errorf("%q: %v\n%s", argv, err, e.Bytes())
+	}
+	return o.Bytes(), e.Bytes(), nil
 }
 
 // straced runs a child workload under strace -f with the given -e
