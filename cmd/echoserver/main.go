@@ -18,6 +18,12 @@
 //
 // netpollbench's idle experiment reads it back.
 //
+// With -zeroread (-impl net), each connection's goroutine waits with a
+// zero-byte Read, holding no buffer, and takes one from a pool only to
+// read and echo. Only the patched toolchain (runtime_patch/build.sh) under
+// GODEBUG=netpollzeroread=1 makes that Read wait; elsewhere it returns at
+// once and the loop would spin, so the server checks first and refuses.
+//
 //	echoserver -impl netpoll -mode oneshot -addr 127.0.0.1:7000 -lifetime 30s
 //	echoserver -ondemand -buf 4096
 package main
@@ -138,6 +144,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	bufSize := fs.Int("buf", 64<<10, "read buffer per connection")
 	waitRead := fs.Bool("waitread", false, "wait for readability with Conn.WaitRead, holding no buffer, and take one from a pool only to read and echo (needs -impl netpoll)")
 	onDemand := fs.Bool("ondemand", false, "serve with netpoll.Server: a handler call per readable connection takes a buffer from a pool, echoes one Read and returns, so an idle connection holds no buffer, and no goroutine with -impl netpoll (-impl net: the Server's fallback, a goroutine per connection)")
+	zeroRead := fs.Bool("zeroread", false, "wait for readability with a zero-byte Read, holding no buffer, and take one from a pool only to read and echo (needs -impl net, and the patched toolchain with GODEBUG=netpollzeroread=1)")
 	idleTimeout := fs.Duration("idletimeout", 0, "close a connection that sends nothing for this long: a read deadline of now+D before each wait for a request (0: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -151,6 +158,12 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *idleTimeout < 0 {
 		return fmt.Errorf("bad -idletimeout %v: want a duration, or 0 for none", *idleTimeout)
 	}
+	if *zeroRead && (*onDemand || *waitRead) {
+		return errors.New("-zeroread is package net's wait without a buffer: not with -ondemand or -waitread")
+	}
+	if *zeroRead && f.Impl != "net" {
+		return fmt.Errorf("-zeroread needs -impl net (netpoll's buffer-free wait is -waitread), not -impl %s", f.Impl)
+	}
 	if *onDemand && *waitRead {
 		return errors.New("-ondemand and -waitread are two ways to wait without a buffer: choose one")
 	}
@@ -158,6 +171,11 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		// Package net's Read of an empty slice returns at once: a wait
 		// built on it would spin.
 		return fmt.Errorf("-waitread needs -impl netpoll (package net has no buffer-free wait), not -impl %s", f.Impl)
+	}
+	if *zeroRead {
+		if err := checkZeroRead(); err != nil {
+			return err
+		}
 	}
 	s, err := f.Listen(stderr)
 	if err != nil {
@@ -179,6 +197,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 		}
 		return s.ServeOnDemand(ctx, echoOnDemand(&pool, idle))
+	}
+	if *zeroRead {
+		return s.Serve(ctx, func(_ context.Context, c net.Conn) { echoZeroRead(c, &pool, idle) })
 	}
 	if *waitRead {
 		return s.Serve(ctx, func(_ context.Context, c net.Conn) { echoWaiting(c.(readWaiter), &pool, idle) })
@@ -212,6 +233,68 @@ func echoWaiting(c readWaiter, pool *sync.Pool, idle func(net.Conn) error) {
 			return
 		}
 		if err := c.WaitRead(); err != nil {
+			return
+		}
+		bp := pool.Get().(*[]byte)
+		n, err := c.Read(*bp)
+		if n > 0 {
+			_, err = c.Write((*bp)[:n])
+		}
+		pool.Put(bp)
+		if err != nil {
+			return
+		}
+	}
+}
+
+// errZeroRead is checkZeroRead's refusal.
+var errZeroRead = errors.New("-zeroread needs a zero-byte Read that waits: build with runtime_patch/build.sh and set GODEBUG=netpollzeroread=1")
+
+// checkZeroRead returns nil if a zero-byte Read on a TCP socket of package
+// net waits for readability here, and errZeroRead if it returns at once
+// (a stock toolchain, or the setting off), on which echoZeroRead would
+// spin. It tries on a loopback pair made for it: one end, with nothing
+// sent to it, reads zero bytes with a deadline 50ms ahead, which ends a
+// Read that waits.
+func checkZeroRead() error {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("checking -zeroread: %w", err)
+	}
+	defer l.Close()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		return fmt.Errorf("checking -zeroread: %w", err)
+	}
+	defer c.Close()
+	peer, err := l.Accept()
+	if err != nil {
+		return fmt.Errorf("checking -zeroread: %w", err)
+	}
+	defer peer.Close()
+	if err := c.SetReadDeadline(time.Now().Add(50 * time.Millisecond)); err != nil {
+		return fmt.Errorf("checking -zeroread: %w", err)
+	}
+	switch _, err := c.Read(nil); {
+	case err == nil:
+		return errZeroRead
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return nil
+	default:
+		return fmt.Errorf("checking -zeroread: zero-byte Read: %w", err)
+	}
+}
+
+// echoZeroRead is echoWaiting on package net: it waits for readability
+// with a zero-byte Read, which waits only under checkZeroRead's
+// conditions, and takes a buffer from pool to echo one Read. idle (unless
+// nil) sets the read deadline before each wait.
+func echoZeroRead(c net.Conn, pool *sync.Pool, idle func(net.Conn) error) {
+	for {
+		if idle != nil && idle(c) != nil {
+			return
+		}
+		if _, err := c.Read(nil); err != nil {
 			return
 		}
 		bp := pool.Get().(*[]byte)

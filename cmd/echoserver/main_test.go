@@ -165,12 +165,39 @@ func TestBadFlags(t *testing.T) {
 		{"-impl net -waitread -ondemand", "-ondemand and -waitread"},
 		{"-idletimeout -1s", "bad -idletimeout -1s"},
 		{"-ondemand -idletimeout -5ms", "bad -idletimeout -5ms"},
+		{"-zeroread", "-zeroread needs -impl net"},
+		{"-impl netpoll -zeroread", "-zeroread needs -impl net"},
+		{"-impl net -zeroread -ondemand", "not with -ondemand or -waitread"},
+		{"-impl net -zeroread -waitread", "not with -ondemand or -waitread"},
+		{"-impl netpoll -zeroread -waitread", "not with -ondemand or -waitread"},
 		{"extra", "unexpected"},
 	} {
 		err := run(strings.Fields(tt.args), io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("run(%s) = %v, want an error mentioning %s", tt.args, err, tt.want)
 		}
+	}
+}
+
+// TestZeroReadRefused: under the stock toolchain go test builds with, a
+// zero-byte Read returns at once, so -zeroread is refused before the
+// server listens. Its serving path (a zero-byte Read that waits) needs the
+// patched toolchain (runtime_patch/build.sh) with GODEBUG=netpollzeroread=1
+// and cannot be tested here; netpollbench's rt-zeroread row runs it.
+func TestZeroReadRefused(t *testing.T) {
+	if strings.Contains(os.Getenv("GODEBUG"), "netpollzeroread=1") {
+		t.Skip("GODEBUG has netpollzeroread=1: on the patched toolchain the zero-byte Read waits")
+	}
+	var out bytes.Buffer
+	err := run([]string{"-impl", "net", "-zeroread", "-lifetime", "1s"}, &out, io.Discard)
+	if err != errZeroRead {
+		t.Errorf("run(-impl net -zeroread) = %v, want %q", err, errZeroRead)
+	}
+	if !strings.Contains(errZeroRead.Error(), "runtime_patch/build.sh") || !strings.Contains(errZeroRead.Error(), "GODEBUG=netpollzeroread=1") {
+		t.Errorf("the refusal %q does not say how to get a zero-byte Read that waits", errZeroRead)
+	}
+	if out.Len() > 0 {
+		t.Errorf("refused, yet it announced: %q", out.String())
 	}
 }
 
