@@ -69,7 +69,12 @@ const idleTimeout = "10m"
 // runtimeServers are package net's echo server built with the patched
 // toolchain (runtime_patch/build.sh), with GODEBUG empty ("rt-none") and
 // with each setting of the patches: the runtime's rows beside the
-// library's. "net" is the same server on stock go1.26.8.
+// library's. "net" is the same server on stock go1.26.8. rt-zeroread
+// also serves as waitread does (echoserver's -zeroread): each connection's
+// goroutine waits with a zero-byte Read, which waits only under its
+// setting, and holds a buffer only to echo; so, unlike the other rt- rows,
+// it joins the idle experiment (idleServer), and like waitread it stays out
+// of net/http's cells and the sweep.
 var runtimeServers = []server{
 	rtServer("rt-none", ""),
 	rtServer("rt-oneshot", "netpolloneshot=1"),
@@ -77,19 +82,33 @@ var runtimeServers = []server{
 	rtServer("rt-spinauto", "netpollspin=auto"),
 	rtServer("rt-shards4", "netpollshards=4"),
 	rtServer("rt-shortread", "netpollshortread=1"),
+	rtServer("rt-zeroread", "netpollzeroread=1", "-zeroread"),
 }
 
-func rtServer(name, godebug string) server {
+// rtServer is package net's echoserver on the patched toolchain under
+// GODEBUG=godebug (none if empty), with extra flags.
+func rtServer(name, godebug string, extra ...string) server {
 	label := "none"
 	if godebug != "" {
 		label = strings.ReplaceAll(godebug, "=", ":")
 	}
 	s := server{name: name, label: "cfg=" + name + "/impl=net/runtime=patched/godebug=" + label,
-		bin: "echoserver-rt", args: []string{"-impl", "net"}}
+		bin: "echoserver-rt", args: append([]string{"-impl", "net"}, extra...)}
+	if slices.Contains(extra, "-zeroread") {
+		s.label += "/zeroread=on"
+	}
 	if godebug != "" {
 		s.env = []string{"GODEBUG=" + godebug}
 	}
 	return s
+}
+
+// idleServer reports whether s joins the idle experiment: every server but
+// the runtime's rows of package net's plain echo, whose memory per
+// connection the GODEBUG settings do not change (net's row has it);
+// rt-zeroread's, which holds no buffer while idle, joins.
+func idleServer(s server) bool {
+	return !strings.HasPrefix(s.name, "rt-") || slices.Contains(s.args, "-zeroread")
 }
 
 // httpBin is the net/http server binary that runs s's flags.

@@ -267,6 +267,9 @@ var palette = map[string]color.Color{
 	"nbio":             color.RGBA{0x94, 0x67, 0xbd, 0xff},
 	"cloudwego":        color.RGBA{0x8c, 0x56, 0x4b, 0xff},
 	"c":                color.RGBA{0xe3, 0x77, 0xc2, 0xff},
+	// The runtime's rows take plotutil's colours, but rt-zeroread, which
+	// joins the idle experiment's figure beside the buffer-free rows.
+	"rt-zeroread": color.RGBA{0x8d, 0xa0, 0xcb, 0xff},
 }
 
 // look is the line and marker of the series name: its colour from the

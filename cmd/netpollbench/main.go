@@ -113,7 +113,7 @@ var (
 	}
 	fullDefaults = runDefaults{
 		configs:   []string{"net", "et", "oneshot", "lt", "spin", "auto", "gnet", "nbio", "cloudwego", "c"},
-		rtConfigs: []string{"rt-none", "rt-oneshot", "rt-spin50", "rt-spinauto", "rt-shards4", "rt-shortread"},
+		rtConfigs: []string{"rt-none", "rt-oneshot", "rt-spin50", "rt-spinauto", "rt-shards4", "rt-shortread", "rt-zeroread"},
 		conns:     "1,50,1000", sizes: "64,4096",
 		rounds: 10, duration: 2 * time.Second, warmup: 500 * time.Millisecond,
 		sweepRounds: 6,

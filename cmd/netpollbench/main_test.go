@@ -525,7 +525,9 @@ func TestBadFlags(t *testing.T) {
 
 // TestRuntimeRows runs the patched runtime's configurations beside stock
 // net, echo and net/http: each has its rounds, labelled runtime=patched
-// with its GODEBUG, and the summary has their lines. It needs the toolchain
+// with its GODEBUG, and the summary has their lines; rt-zeroread's echo
+// server starts (its check that a zero-byte Read waits passes under
+// GODEBUG=netpollzeroread=1) and echoes. It needs the toolchain
 // runtime_patch/build.sh builds (.ci/run builds it before the tests).
 func TestRuntimeRows(t *testing.T) {
 	if testing.Short() {
@@ -536,7 +538,7 @@ func TestRuntimeRows(t *testing.T) {
 	}
 	out := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	err := run([]string{"-out", out, "-configs", "net,rt-none,rt-shortread", "-http", "net,rt-shortread", "-conns", "1", "-quota", "0", "-unpinned=false",
+	err := run([]string{"-out", out, "-configs", "net,rt-none,rt-shortread,rt-zeroread", "-http", "net,rt-shortread", "-conns", "1", "-quota", "0", "-unpinned=false",
 		"-herd=false", "-sweep=false", "-idle", "0", "-rounds", "2", "-duration", "300ms", "-warmup", "100ms"}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
@@ -552,12 +554,13 @@ func TestRuntimeRows(t *testing.T) {
 		}
 		n[r.labels["cfg"]+" "+r.labels["proto"]+" "+r.labels["runtime"]+" "+r.labels["godebug"]]++
 	}
-	for _, k := range []string{"net   ", "rt-none  patched none", "rt-shortread  patched netpollshortread:1", "rt-shortread http patched netpollshortread:1", "net http  "} {
+	for _, k := range []string{"net   ", "rt-none  patched none", "rt-shortread  patched netpollshortread:1", "rt-shortread http patched netpollshortread:1", "net http  ",
+		"rt-zeroread  patched netpollzeroread:1"} {
 		if n[k] != 2 {
 			t.Errorf("%q: %d results, want 2 (all: %v)", k, n[k], n)
 		}
 	}
-	checkReport(t, out, stdout.String(), []string{"net", "rt-none", "rt-shortread"}, []string{"echo, 1 conn, 64 B", "net/http plaintext, keep-alive, 1 conn"})
+	checkReport(t, out, stdout.String(), []string{"net", "rt-none", "rt-shortread", "rt-zeroread"}, []string{"echo, 1 conn, 64 B", "net/http plaintext, keep-alive, 1 conn"})
 }
 
 // TestStartEnv: a configuration's environment reaches its server process.
@@ -713,10 +716,15 @@ func TestBufferFreeConfigs(t *testing.T) {
 	}
 }
 
-// TestPalette: every configuration has a colour of its own.
+// TestPalette: every configuration has a colour of its own, and so has
+// rt-zeroread among the runtime's rows (the others take plotutil's).
 func TestPalette(t *testing.T) {
 	seen := map[string]string{}
-	for _, s := range servers {
+	rt := keep(runtimeServers, func(s server) bool { return s.name == "rt-zeroread" })
+	if len(rt) != 1 {
+		t.Fatalf("no rt-zeroread among the runtime's rows")
+	}
+	for _, s := range append(slices.Clone(servers), rt...) {
 		c, ok := palette[s.name]
 		if !ok {
 			t.Errorf("%s has no colour in the palette", s.name)
@@ -728,6 +736,64 @@ func TestPalette(t *testing.T) {
 			t.Errorf("%s and %s have the same colour", s.name, other)
 		}
 		seen[k] = s.name
+	}
+}
+
+// TestZeroReadRow: rt-zeroread is package net's echoserver -zeroread on
+// the patched toolchain under GODEBUG=netpollzeroread=1; it is in -full's
+// runtime rows and not the default run's; named, it joins the echo cells
+// and the idle experiment (rt-none does not: its memory is net's), and
+// stays out of net/http's cells, the sweep and the quota cell. A stub
+// toolchain stands for the patched one: nothing is built.
+func TestZeroReadRow(t *testing.T) {
+	goroot := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(goroot, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(goroot, "bin", "go"), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("EDGEPOLL_GOROOT", goroot)
+	srvs, err := pickServers([]string{"rt-zeroread"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := srvs[0]
+	if s.bin != "echoserver-rt" || strings.Join(s.args, " ") != "-impl net -zeroread" || strings.Join(s.env, " ") != "GODEBUG=netpollzeroread=1" ||
+		s.label != "cfg=rt-zeroread/impl=net/runtime=patched/godebug=netpollzeroread:1/zeroread=on" {
+		t.Errorf("rt-zeroread: %s %q, env %q, label %q", s.bin, s.args, s.env, s.label)
+	}
+	for _, args := range [][]string{nil, {"-full"}} {
+		o, err := parseFlags(args, &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := slices.Contains(o.configs, "rt-zeroread"), len(args) > 0; got != want {
+			t.Errorf("parseFlags(%q): rt-zeroread among %v: %v, want %v", args, o.configs, got, want)
+		}
+		if slices.Contains(o.http, "rt-zeroread") {
+			t.Errorf("parseFlags(%q): rt-zeroread among net/http's %v", args, o.http)
+		}
+	}
+	if _, err := parseFlags([]string{"-configs", "net,rt-zeroread", "-http", "rt-zeroread"}, &bytes.Buffer{}); err == nil {
+		t.Error("-http rt-zeroread accepted")
+	}
+	p, _ := testPlan(t, "-pin", "on", "-configs", "net,rt-none,rt-zeroread")
+	has := func(ss []server, n string) bool {
+		return slices.ContainsFunc(ss, func(s server) bool { return s.name == n })
+	}
+	for _, c := range []cell{{conns: 1, size: 64}, {conns: 50, size: 64}} {
+		if cp := p.find(c); cp == nil || !has(cp.srvs, "rt-zeroread") {
+			t.Errorf("rt-zeroread is not in the cell %s", c.short())
+		}
+	}
+	if !has(p.idle, "rt-zeroread") || has(p.idle, "rt-none") || !has(p.idle, "net") {
+		t.Errorf("idle experiment: %v, want net and rt-zeroread, not rt-none", p.idle)
+	}
+	for _, cp := range p.cells {
+		if (cp.http() || cp.rate > 0 || cp.quota > 0) && has(cp.srvs, "rt-zeroread") {
+			t.Errorf("rt-zeroread is in the cell %s", cp.short())
+		}
 	}
 }
 

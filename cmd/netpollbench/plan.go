@@ -110,9 +110,8 @@ func makePlan(o *options, srvs []server, skipped []string, quotaErr error) *plan
 		p.sweep = planSweep(p, o, srvs, skipped)
 	}
 	if o.idle > 0 {
-		// Not the runtime's rows: package net's server, whose memory per
-		// connection the GODEBUG settings do not change (net's row has it).
-		p.idle = keep(srvs, func(s server) bool { return !strings.HasPrefix(s.name, "rt-") })
+		// Not the runtime's rows but rt-zeroread (idleServer).
+		p.idle = keep(srvs, idleServer)
 		p.idleConns = o.idle
 	}
 	return p
