@@ -89,9 +89,6 @@ func liveHeap() heapFigures {
 // (and its deadline timer) from one park to the next, and gives the
 // channel back only when a Server hands the connection off.
 func TestParkAllocatesNothing(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector allocates on its own")
-	}
 	for _, deadline := range []bool{false, true} {
 		t.Run(fmt.Sprintf("deadline=%v", deadline), func(t *testing.T) {
 			g := newGroup(t, netpoll.Config{SpinPolicy: netpoll.SpinFixed}) // no spinning: every Read parks
