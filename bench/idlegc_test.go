@@ -27,7 +27,7 @@ import (
 // another count) held open on a server, and 50 connections doing 64-byte
 // echoes through it, the handler allocating 1 KiB of garbage per request
 // as a real one would. The idle clients are bare sockets in a child
-// process (this test binary again, TestIdleClients), so that the server's
+// process (this test binary again, holdIdleClients), so that the server's
 // process holds one fd per connection under the 20,000-fd limit and the
 // clients' CPU is not in its figures. Served goroutine-per-connection
 // (each idle connection parks a goroutine with a 4 KiB buffer, as
@@ -161,14 +161,14 @@ func idleGC(b *testing.B, serve string, idle int) {
 // clients: "port,count".
 const idleClientsEnv = "NETPOLL_IDLE_CLIENTS"
 
-// idleClients starts a child process (this test binary, TestIdleClients)
+// idleClients starts a child process (this test binary, holdIdleClients)
 // that opens n connections to port, each echoing one byte, and holds them
 // until the returned function ends it.
 func idleClients(b *testing.B, port, n int) (stop func()) {
 	if err := raiseNoFile(n + 200); err != nil {
 		b.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestIdleClients$")
+	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), idleClientsEnv+"="+strconv.Itoa(port)+","+strconv.Itoa(n))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -194,22 +194,31 @@ func idleClients(b *testing.B, port, n int) (stop func()) {
 	return stop
 }
 
-// TestIdleClients is BenchmarkIdleGC's child process: it opens the
-// connections, says "ready", and holds them until its stdin closes. Run
-// any other way it does nothing.
-func TestIdleClients(t *testing.T) {
-	v := os.Getenv(idleClientsEnv)
-	if v == "" {
-		return // not a child of BenchmarkIdleGC
+// TestMain runs the test binary as BenchmarkIdleGC's idle clients when
+// idleClientsEnv says so, and as the tests otherwise.
+func TestMain(m *testing.M) {
+	if v := os.Getenv(idleClientsEnv); v != "" {
+		if err := holdIdleClients(v); err != nil {
+			fmt.Fprintln(os.Stderr, "idle clients:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
 	}
+	os.Exit(m.Run())
+}
+
+// holdIdleClients is BenchmarkIdleGC's child process: it opens the
+// connections v ("port,count") asks for, says "ready", and holds them
+// until its stdin closes.
+func holdIdleClients(v string) error {
 	ps, ns, _ := strings.Cut(v, ",")
 	port, err1 := strconv.Atoi(ps)
 	n, err2 := strconv.Atoi(ns)
 	if err1 != nil || err2 != nil {
-		t.Fatalf("%s=%q", idleClientsEnv, v)
+		return fmt.Errorf("%s=%q", idleClientsEnv, v)
 	}
 	if err := raiseNoFile(n + 200); err != nil {
-		t.Fatal(err)
+		return err
 	}
 	sa := &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}
 	fds := make([]int, 0, n)
@@ -221,22 +230,23 @@ func TestIdleClients(t *testing.T) {
 	for range n {
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		fds = append(fds, fd)
 		if err := unix.Connect(fd, sa); err != nil {
-			t.Fatal(err)
+			return err
 		}
 		var one [1]byte
 		if _, err := unix.Write(fd, one[:]); err != nil {
-			t.Fatal(err)
+			return err
 		}
 		if k, err := unix.Read(fd, one[:]); k != 1 || err != nil {
-			t.Fatalf("idle client's echo: %d, %v", k, err)
+			return fmt.Errorf("idle client's echo: %d, %v", k, err)
 		}
 	}
 	fmt.Println("ready")
-	io.Copy(io.Discard, os.Stdin)
+	_, err := io.Copy(io.Discard, os.Stdin)
+	return err
 }
 
 // raiseNoFile raises RLIMIT_NOFILE's soft limit to its hard limit, and
