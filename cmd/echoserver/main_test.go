@@ -271,7 +271,7 @@ func TestIdleTimeout(t *testing.T) {
 						done <- nil
 						return
 					}
-					time.Sleep(interval)
+					time.Sleep(interval) // the behaviour under test: talking every interval, inside the timeout
 				}
 			}()
 			closed(silent, "a connection that never sent")
@@ -328,7 +328,7 @@ func TestOnDemand(t *testing.T) {
 				want := map[string]int{"netpoll": 0, "net": conns}[tt.impl]
 				n := handlerGoroutines(t)
 				for end := time.Now().Add(5 * time.Second); n != want && time.Now().Before(end); n = handlerGoroutines(t) {
-					time.Sleep(time.Millisecond)
+					runtime.Gosched()
 				}
 				if n != want {
 					t.Errorf("%d idle connections on -impl %s: %d handler goroutines, want %d", conns, tt.impl, n, want)

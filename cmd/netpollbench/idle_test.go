@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -272,10 +273,22 @@ func TestServerLogLine(t *testing.T) {
 	if got, err := l.line(ctx, "x: ", 1, time.Second); got != "x: 1" || err != nil {
 		t.Errorf("line 1: %q, %v", got, err)
 	}
+	// Each piece is written once line is waiting for a write (l.wrote
+	// made), so that it is a wait that sees them.
+	waiting := func() {
+		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); runtime.Gosched() {
+			l.mu.Lock()
+			w := l.wrote != nil
+			l.mu.Unlock()
+			if w {
+				return
+			}
+		}
+	}
 	go func() {
-		time.Sleep(50 * time.Millisecond)
+		waiting()
 		l.Write([]byte(" and more"))
-		time.Sleep(50 * time.Millisecond)
+		waiting()
 		l.Write([]byte("\n"))
 	}()
 	if got, err := l.line(ctx, "x: ", 2, 10*time.Second); got != "x: 2 and more" || err != nil {
