@@ -82,15 +82,24 @@ func (d *desc) readable() (bool, error) {
 
 // pollReadable is readable's poll(2) on fd, for any stream socket.
 func pollReadable(fd int) (bool, error) {
+	ev, err := pollEvents(fd)
+	return ev&readableEvents != 0, err
+}
+
+// readableEvents are the poll(2) events after which a read does not block.
+const readableEvents = unix.POLLIN | unix.POLLRDHUP | unix.POLLHUP | unix.POLLERR
+
+// pollEvents asks fd, without waiting, which of readableEvents it has.
+func pollEvents(fd int) (int16, error) {
 	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLRDHUP}}
 	for {
 		n, err := unix.Poll(fds, 0)
 		if err == unix.EINTR {
 			continue
 		}
-		if err != nil {
-			return false, err
+		if err != nil || n == 0 {
+			return 0, err
 		}
-		return n > 0 && fds[0].Revents&(unix.POLLIN|unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0, nil
+		return fds[0].Revents & readableEvents, nil
 	}
 }

@@ -256,17 +256,12 @@ func awaitReadable(rc syscall.RawConn) (w rawWait, err error) {
 	var perr error
 	err = rc.Read(func(fd uintptr) bool {
 		w.waited = true
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLRDHUP}}
-		n, e := unix.Poll(fds, 0)
-		if e == unix.EINTR {
-			return false
-		}
+		ev, e := pollEvents(int(fd))
 		if e != nil {
 			perr = os.NewSyscallError("poll", e)
 			return true
 		}
-		ev := fds[0].Revents
-		if n == 0 || ev&(unix.POLLIN|unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) == 0 {
+		if ev == 0 {
 			return false
 		}
 		if ev&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0 {
