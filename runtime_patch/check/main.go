@@ -52,11 +52,14 @@
 //     and a write skip counted by the runtime; every byte is checked.
 //     See shortread.go.
 //   - zeroread: a child, with netpollzeroread=1 and without, asserts what a
-//     Read of zero bytes from a TCP socket does: with the setting it waits
-//     for a later write (parked in waitReadable), returns at once for a
-//     byte queued before it with no new edge, fails with the deadline and
-//     with Close, and after a reset returns with the reset left for the
-//     next Read; without it, it returns at once. See zeroread.go.
+//     Read of zero bytes from a TCP or unix stream socket does: with the
+//     setting it waits for a later write (parked in waitReadable), returns
+//     at once for a byte queued before it with no new edge, fails with the
+//     deadline and with Close, after a reset returns with the reset left
+//     for the next Read, and under a ping-pong and a stream of random
+//     bursts returns only with the socket readable; the runtime must have
+//     trusted some wakes without a second check (zeroread-fresh); without
+//     it, it returns at once and the counters stay 0. See zeroread.go.
 //
 // Check fails unless runtime.Version names the patched toolchain, since a
 // stock runtime ignores the settings. The child form is

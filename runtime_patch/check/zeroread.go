@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -15,7 +17,8 @@ import (
 
 // The zeroread check (GODEBUG=netpollzeroread=1, patch 006): a child runs
 // zeroReadChild with the setting and without it, and each asserts what a
-// Read of zero bytes from a TCP socket does there:
+// Read of zero bytes from a stream socket does there, on TCP and on a unix
+// stream socket:
 //
 //   - waits: with nothing queued it parks (the goroutine is seen in IO
 //     wait in waitReadable) until the peer writes, then returns (0, nil),
@@ -28,22 +31,48 @@ import (
 //     fails with os.ErrDeadlineExceeded.
 //   - close: a parked zero-byte Read fails with net.ErrClosed when the
 //     conn is closed.
-//   - reset: after the peer resets the connection it returns (0, nil),
+//   - reset: after the peer resets the connection (TCP: a close with
+//     SO_LINGER 0; unix: a close with data unread) it returns (0, nil),
 //     and the next Read fails with ECONNRESET, not EOF: the check leaves
 //     the pending error for it.
+//   - pingpong: 300 round trips, each server Read preceded by a zero-byte
+//     one, which must return with the socket readable (a peek finds the
+//     byte).
+//   - stale: the peer writes 4 MB in random bursts of up to 8 KiB while the server
+//     alternates zero-byte Reads with Reads of random sizes, so edges
+//     for data the server has already read reach the poller late; every
+//     zero-byte Read must return with the socket readable, and every byte
+//     must arrive.
+//
+// The parent reads the runtime's counters (netpollstats=1): with the
+// setting, some wakes were trusted without a second ppoll (zeroread-fresh,
+// poll_runtime_pollReadFresh) and the ping-pong's count of zero-byte
+// Reads is at least its round trips; without it, both counters are 0.
 func (c checker) zeroRead() error {
 	for _, on := range []bool{false, true} {
-		godebug := ""
+		godebug := "netpollstats=1"
 		args := []string{"zeroread"}
 		if on {
-			godebug = "netpollzeroread=1"
+			godebug = "netpollzeroread=1,netpollstats=1"
 			args = append(args, "-on")
 		}
-		stdout, _, err := c.child(godebug, nil, nil, args...)
+		stdout, stderr, err := c.child(godebug, nil, nil, args...)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(c.out, "zeroread: GODEBUG=%s %s", godebug, stdout)
+		var st [2]uint64
+		for i, name := range []string{"zeroread-fresh", "zeroread-checked"} {
+			if st[i], err = stat(stderr, name); err != nil {
+				return err
+			}
+		}
+		switch {
+		case on && st[0] == 0:
+			return fmt.Errorf("zeroread: no wake was trusted without a second check (zeroread-fresh=0, checked=%d)", st[1])
+		case !on && st[0]+st[1] != 0:
+			return fmt.Errorf("zeroread: counters moved without the setting: fresh=%d checked=%d", st[0], st[1])
+		}
+		fmt.Fprintf(c.out, "zeroread: GODEBUG=%s zeroread-fresh=%d zeroread-checked=%d %s", godebug, st[0], st[1], stdout)
 	}
 	fmt.Fprintln(c.out, "zeroread: ok, zero-byte Reads wait under the setting and return at once without it")
 	return nil
@@ -52,33 +81,46 @@ func (c checker) zeroRead() error {
 // zeroReadChild asserts the behaviours above, the setting on or off.
 func zeroReadChild(on bool, stdout io.Writer) error {
 	var results []string
-	for _, tc := range []struct {
-		name string
-		f    func(on bool) error
-	}{
-		{"waits", zeroReadWaits}, {"queued", zeroReadQueued}, {"deadline", zeroReadDeadline},
-		{"close", zeroReadClose}, {"reset", zeroReadReset},
-	} {
-		if !on && tc.name != "waits" && tc.name != "queued" {
-			continue // a zero-byte Read returns at once: nothing to end
+	for _, network := range []string{"tcp", "unix"} {
+		for _, tc := range []struct {
+			name string
+			f    func(network string, on bool) error
+		}{
+			{"waits", zeroReadWaits}, {"queued", zeroReadQueued}, {"deadline", zeroReadDeadline},
+			{"close", zeroReadClose}, {"reset", zeroReadReset},
+			{"pingpong", zeroReadPingPong}, {"stale", zeroReadStale},
+		} {
+			if !on && tc.name != "waits" && tc.name != "queued" {
+				continue // a zero-byte Read returns at once: nothing to end
+			}
+			if err := tc.f(network, on); err != nil {
+				return fmt.Errorf("zeroread %s %s (setting on: %v): %w", network, tc.name, on, err)
+			}
+			results = append(results, network+"-"+tc.name+"=ok")
 		}
-		if err := tc.f(on); err != nil {
-			return fmt.Errorf("zeroread %s (setting on: %v): %w", tc.name, on, err)
-		}
-		results = append(results, tc.name+"=ok")
 	}
 	fmt.Fprintln(stdout, strings.Join(results, " "))
 	return nil
 }
 
-// tcpPair returns both ends of a loopback TCP connection.
-func tcpPair() (client, server net.Conn, err error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// pair returns both ends of a connection over loopback TCP or a unix
+// stream socket.
+func pair(network string) (client, server net.Conn, err error) {
+	addr := "127.0.0.1:0"
+	if network == "unix" {
+		dir, err := os.MkdirTemp("", "edgepoll-zeroread")
+		if err != nil {
+			return nil, nil, err
+		}
+		defer os.RemoveAll(dir)
+		addr = filepath.Join(dir, "s")
+	}
+	ln, err := net.Listen(network, addr)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer ln.Close()
-	client, err = net.Dial("tcp", ln.Addr().String())
+	client, err = net.Dial(network, ln.Addr().String())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -124,8 +166,8 @@ func parkedInWaitReadable() bool {
 	return false
 }
 
-func zeroReadWaits(on bool) error {
-	client, server, err := tcpPair()
+func zeroReadWaits(network string, on bool) error {
+	client, server, err := pair(network)
 	if err != nil {
 		return err
 	}
@@ -161,8 +203,8 @@ func zeroReadWaits(on bool) error {
 	return nil
 }
 
-func zeroReadQueued(on bool) error {
-	client, server, err := tcpPair()
+func zeroReadQueued(network string, on bool) error {
+	client, server, err := pair(network)
 	if err != nil {
 		return err
 	}
@@ -187,8 +229,8 @@ func zeroReadQueued(on bool) error {
 	return nil
 }
 
-func zeroReadDeadline(bool) error {
-	client, server, err := tcpPair()
+func zeroReadDeadline(network string, _ bool) error {
+	client, server, err := pair(network)
 	if err != nil {
 		return err
 	}
@@ -201,8 +243,8 @@ func zeroReadDeadline(bool) error {
 	return nil
 }
 
-func zeroReadClose(on bool) error {
-	client, server, err := tcpPair()
+func zeroReadClose(network string, on bool) error {
+	client, server, err := pair(network)
 	if err != nil {
 		return err
 	}
@@ -219,8 +261,8 @@ func zeroReadClose(on bool) error {
 	return nil
 }
 
-func zeroReadReset(on bool) error {
-	client, server, err := tcpPair()
+func zeroReadReset(network string, on bool) error {
+	client, server, err := pair(network)
 	if err != nil {
 		return err
 	}
@@ -230,7 +272,11 @@ func zeroReadReset(on bool) error {
 		client.Close()
 		return err
 	}
-	client.(*net.TCPConn).SetLinger(0)
+	if tc, ok := client.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	} else if _, err := server.Write([]byte{1}); err != nil {
+		return err // unix: the peer closes with this byte unread
+	}
 	client.Close() // a reset
 	if err := <-res; err != nil {
 		return fmt.Errorf("after the reset: %v, want (0, nil)", err)
@@ -240,4 +286,130 @@ func zeroReadReset(on bool) error {
 		return fmt.Errorf("the Read after it: %v, want ECONNRESET (the check must leave the error)", err)
 	}
 	return nil
+}
+
+func zeroReadPingPong(network string, _ bool) error {
+	client, server, err := pair(network)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	defer server.Close()
+	done := make(chan error, 1)
+	go func() {
+		var b [1]byte
+		for {
+			if _, err := server.Read(nil); err != nil {
+				done <- err
+				return
+			}
+			if err := peekReadable(server); err != nil {
+				done <- err
+				return
+			}
+			if _, err := server.Read(b[:]); err != nil {
+				done <- err
+				return
+			}
+			if _, err := server.Write(b[:]); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	var b [1]byte
+	for i := range 300 {
+		if _, err := client.Write([]byte{byte(i)}); err != nil {
+			return err
+		}
+		if _, err := io.ReadFull(client, b[:]); err != nil || b[0] != byte(i) {
+			return fmt.Errorf("round trip %d: %d %v", i, b[0], err)
+		}
+	}
+	client.Close()
+	if err := <-done; err != io.EOF {
+		return fmt.Errorf("server: %v, want EOF after the last round trip", err)
+	}
+	return nil
+}
+
+func zeroReadStale(network string, _ bool) error {
+	const total = 4 << 20
+	client, server, err := pair(network)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	defer server.Close()
+	wrote := make(chan error, 1)
+	go func() {
+		rng := rand.New(rand.NewPCG(1, 2))
+		const most = 8 << 10
+		buf := make([]byte, most+251) // byte i of the stream is i%251
+		for i := range buf {
+			buf[i] = byte(i % 251)
+		}
+		for n := 0; n < total; {
+			k := min(1+rng.IntN(most), total-n)
+			if _, err := client.Write(buf[n%251 : n%251+k]); err != nil {
+				wrote <- err
+				return
+			}
+			n += k
+			if rng.IntN(2) == 0 {
+				runtime.Gosched() // let the reader catch up and park
+			}
+		}
+		wrote <- client.(interface{ CloseWrite() error }).CloseWrite()
+	}()
+	rng := rand.New(rand.NewPCG(3, 4))
+	buf := make([]byte, 64<<10)
+	got, waits := 0, 0
+	for {
+		if _, err := server.Read(nil); err != nil {
+			return fmt.Errorf("zero-byte Read after %d bytes: %v", got, err)
+		}
+		waits++
+		if err := peekReadable(server); err != nil {
+			return fmt.Errorf("after %d bytes and %d zero-byte Reads: %v", got, waits, err)
+		}
+		n, err := server.Read(buf[:1+rng.IntN(len(buf))])
+		for i := range n {
+			if buf[i] != byte((got+i)%251) {
+				return fmt.Errorf("byte %d is %d, want %d", got+i, buf[i], (got+i)%251)
+			}
+		}
+		got += n
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if got != total {
+		return fmt.Errorf("got %d bytes, want %d", got, total)
+	}
+	return <-wrote
+}
+
+// peekReadable returns an error unless a read of c would not block: it
+// peeks at one byte without waiting (the peer never resets c here, so the
+// peek consumes no error a Read should see).
+func peekReadable(c net.Conn) error {
+	rc, err := c.(syscall.Conn).SyscallConn()
+	if err != nil {
+		return err
+	}
+	var perr error
+	if err := rc.Control(func(fd uintptr) {
+		var b [1]byte
+		_, _, perr = syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+	}); err != nil {
+		return err
+	}
+	if perr == syscall.EAGAIN {
+		return errors.New("a zero-byte Read returned with nothing to read")
+	}
+	return perr
 }
