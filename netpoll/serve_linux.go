@@ -221,13 +221,15 @@ func (sc *serverConn) fallback() {
 		sc.s.logf("netpoll: cannot serve %v: %v", sc.c.RemoteAddr(), err)
 		return
 	}
+	w := &rawWaiter{rc: rc}
+	w.check = w.readable // made once: a wait per request allocates nothing
 	hungUp := false
 	for {
 		sc.setState(StateIdle)
 		if sc.s.closed.Load() {
 			return
 		}
-		w, err := awaitReadable(rc)
+		err := w.wait()
 		if err != nil && !(w.waited && errors.Is(err, os.ErrDeadlineExceeded)) {
 			return
 		}
@@ -241,39 +243,46 @@ func (sc *serverConn) fallback() {
 	}
 }
 
-// rawWait is what awaitReadable saw.
-type rawWait struct {
-	waited bool // the wait began: its deadline had not passed at the start
-	hangUp bool // readable for a hang-up or an error alone, with no data queued
+// rawWaiter waits on a RawConn until its socket is readable, with no
+// buffer; one per connection, used by its fallback goroutine only.
+type rawWaiter struct {
+	rc    syscall.RawConn
+	check func(fd uintptr) bool // w.readable
+
+	// What the last wait saw.
+	waited bool  // the wait began: its deadline had not passed at the start
+	hangUp bool  // readable for a hang-up or an error alone, with no data queued
+	perr   error // poll's error
 }
 
-// awaitReadable waits on rc until its socket is readable, with no buffer:
-// the callback asks the socket (poll, which leaves a pending error for the
-// next Read) and returns false to wait for the next edge, so data queued
-// before the wait is seen (the CL 22031 hazard: the runtime resets its
-// readiness before the first call).
-func awaitReadable(rc syscall.RawConn) (w rawWait, err error) {
-	var perr error
-	err = rc.Read(func(fd uintptr) bool {
-		w.waited = true
-		ev, e := pollEvents(int(fd))
-		if e != nil {
-			perr = os.NewSyscallError("poll", e)
-			return true
-		}
-		if ev == 0 {
-			return false
-		}
-		if ev&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0 {
-			inq, e := unix.IoctlGetInt(int(fd), unix.SIOCINQ)
-			w.hangUp = e == nil && inq == 0
-		}
-		return true
-	})
-	if err == nil {
-		err = perr
+// wait waits until the socket is readable: the callback asks the socket
+// (poll, which leaves a pending error for the next Read) and returns false
+// to wait for the next edge, so data queued before the wait is seen (the
+// CL 22031 hazard: the runtime resets its readiness before the first call).
+func (w *rawWaiter) wait() error {
+	w.waited, w.hangUp, w.perr = false, false, nil
+	if err := w.rc.Read(w.check); err != nil {
+		return err
 	}
-	return w, err
+	return w.perr
+}
+
+// readable is wait's callback.
+func (w *rawWaiter) readable(fd uintptr) bool {
+	w.waited = true
+	ev, e := pollEvents(int(fd))
+	if e != nil {
+		w.perr = os.NewSyscallError("poll", e)
+		return true
+	}
+	if ev == 0 {
+		return false
+	}
+	if ev&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR) != 0 {
+		inq, e := unix.IoctlGetInt(int(fd), unix.SIOCINQ)
+		w.hangUp = e == nil && inq == 0
+	}
+	return true
 }
 
 // Shutdown stops s as http.Server.Shutdown does: it closes the listeners,
