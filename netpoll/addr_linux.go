@@ -128,22 +128,6 @@ func tcpEndpoint(network string, ip netip.Addr, port int) (endpoint, bool) {
 	return endpoint{unix.AF_INET6, sa, addr}, true
 }
 
-// addrPort converts a TCP sockaddr to a netip.AddrPort (invalid for any
-// other).
-func addrPort(sa unix.Sockaddr) netip.AddrPort {
-	switch sa := sa.(type) {
-	case *unix.SockaddrInet4:
-		return netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port))
-	case *unix.SockaddrInet6:
-		a := netip.AddrFrom16(sa.Addr)
-		if sa.ZoneId != 0 {
-			a = a.WithZone(zoneName(sa.ZoneId))
-		}
-		return netip.AddrPortFrom(a, uint16(sa.Port))
-	}
-	return netip.AddrPort{}
-}
-
 // tcpAddr is a TCP address as a Conn keeps it: 24 bytes and no pointer
 // (an idle connection's every byte counts), made into the *net.TCPAddr
 // package net shows on demand.
@@ -247,7 +231,8 @@ func localTCPAddr(fd int) tcpAddr {
 func toAddr(sa unix.Sockaddr) net.Addr {
 	switch sa := sa.(type) {
 	case *unix.SockaddrInet4, *unix.SockaddrInet6:
-		return net.TCPAddrFromAddrPort(addrPort(sa))
+		a := sockTCPAddr(sa)
+		return a.addr()
 	case *unix.SockaddrUnix:
 		return &net.UnixAddr{Name: sa.Name, Net: "unix"}
 	}
