@@ -15,7 +15,7 @@ import (
 // report a level that is still pending again, see TestShortReadPending).
 func readInterest(d *desc) uint32 {
 	switch {
-	case d.kind == kindListener:
+	case d.kind != kindConn:
 		return unix.EPOLLIN
 	case d.skip:
 		return unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLPRI
@@ -44,9 +44,8 @@ func registration(d *desc) uint32 {
 // (EPOLLEXCLUSIVE for a shared listener).
 func (p *poller) register(d *desc, extra uint32) error {
 	d.p = p
-	d.rd.inl, d.wr.inl = p.inline, p.inline
 	d.mode = p.mode
-	if d.shared {
+	if d.kind == kindShared {
 		d.mode = EdgeTriggered
 	}
 	d.skip = p.shortRead && d.kind == kindConn
@@ -89,7 +88,7 @@ func (p *poller) unregister(d *desc) {
 	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, d.fd, nil); err == nil {
 		p.st.inc(cCtlDel)
 	}
-	p.table.clear(d, true)
+	p.table.clear(d)
 }
 
 // modify sets d's epoll interest to events with EPOLL_CTL_MOD. Called with
@@ -100,7 +99,7 @@ func (p *poller) modify(d *desc, events uint32) error {
 		flags = unix.EPOLLONESHOT
 	}
 	e := unix.EpollEvent{Events: events | flags, Fd: int32(d.fd), Pad: int32(d.gen)}
-	d.ctlMod.Add(1)
+	p.st.op(d.fd, cCtlMod)
 	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_MOD, d.fd, &e); err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
 	}

@@ -169,8 +169,8 @@ func (c *Conn) SetDeadline(t time.Time) error {
 	if c.d.closing() {
 		return c.opError("set", net.ErrClosed)
 	}
-	c.d.rd.setDeadline(t)
-	c.d.wr.setDeadline(t)
+	c.d.setDeadline(&c.d.rd, t)
+	c.d.setDeadline(&c.d.wr, t)
 	return nil
 }
 
@@ -181,7 +181,7 @@ func (c *Conn) SetReadDeadline(t time.Time) error {
 	if c.d.closing() {
 		return c.opError("set", net.ErrClosed)
 	}
-	c.d.rd.setDeadline(t)
+	c.d.setDeadline(&c.d.rd, t)
 	return nil
 }
 
@@ -190,7 +190,7 @@ func (c *Conn) SetWriteDeadline(t time.Time) error {
 	if c.d.closing() {
 		return c.opError("set", net.ErrClosed)
 	}
-	c.d.wr.setDeadline(t)
+	c.d.setDeadline(&c.d.wr, t)
 	return nil
 }
 

@@ -80,66 +80,60 @@ type dir struct {
 	// then, because a park returns only after taking its token.
 	wake     chan struct{}
 	deadline atomic.Int64 // unix nanoseconds; 0 means none
-	inl      *inlineWait  // the poller's WaitInline role, nil otherwise; set at registration
-	srv      *serverConn  // the Server serving the connection on demand (read direction only); set once, before the first hand-off
 
 	// mu serializes operations in this direction, so at most one goroutine
 	// is ever parked on it. Lock order: dir.mu before desc.armMu.
 	mu    sync.Mutex
 	timer *time.Timer // the parked operation's deadline timer; guarded by mu
-
-	// Counters, added to only under mu (atomic so Stats may read them).
-	parks  atomic.Uint64 // operations that parked
-	eagain atomic.Uint64 // syscalls that returned EAGAIN
-	tokens atomic.Uint64 // ready tokens consumed without parking
-	skips  atomic.Uint64 // operations that went to awaitReady without a syscall after a short one
 }
 
-// notify records an edge: from the poller's events, or handed over by a
-// balancing acceptor. Any goroutine may call it.
-func (dr *dir) notify() (woke bool) {
+// notify records an edge in dr, one of d's directions: from the poller's
+// events, or handed over by a balancing acceptor. Any goroutine may call it.
+func (d *desc) notify(dr *dir) (woke bool) {
 	if dr.state.Load() == stReady {
 		return false
 	}
 	switch dr.state.Swap(stReady) {
 	case stWaiting:
-		dr.send()
+		d.send(dr)
 		return true
 	case stServe:
-		dr.srv.start(true)
+		d.srv.start(true)
 		return true
 	}
 	return false
 }
 
-// nudge wakes a parked operation so it re-reads its deadline and the
-// descriptor's closing flag. It never invents an edge. On a connection
+// nudge wakes an operation parked in dr so it re-reads its deadline and
+// the descriptor's closing flag. It never invents an edge. On a connection
 // served on demand and idle, it starts the handler if the connection is
 // closing or its read deadline has passed, and otherwise sets the idle
 // timer to the deadline.
-func (dr *dir) nudge() {
+func (d *desc) nudge(dr *dir) {
 	if dr.state.CompareAndSwap(stWaiting, stIdle) {
-		dr.send()
+		d.send(dr)
 		return
 	}
 	if dr.state.Load() == stServe {
-		dr.srv.recheck() // set before the direction first entered serve
+		d.srv.recheck() // set before the direction first entered serve
 	}
 }
 
-func (dr *dir) send() {
+// send gives the parked operation of dr its wake token.
+func (d *desc) send(dr *dir) {
 	select {
 	case dr.wake <- struct{}{}:
 	default:
 		panic("netpoll: second wake token for one park (state machine invariant broken)")
 	}
-	if dr.inl != nil {
-		dr.inl.kickIfHolder(dr)
+	if iw := d.p.inline; iw != nil {
+		iw.kickIfHolder(dr)
 	}
 }
 
-// setDeadline stores t and wakes a parked operation so it applies at once.
-func (dr *dir) setDeadline(t time.Time) {
+// setDeadline stores t as dr's deadline and wakes an operation parked in
+// it so the deadline applies at once.
+func (d *desc) setDeadline(dr *dir, t time.Time) {
 	var ns int64
 	if !t.IsZero() {
 		ns = t.UnixNano()
@@ -148,7 +142,7 @@ func (dr *dir) setDeadline(t time.Time) {
 		}
 	}
 	dr.deadline.Store(ns)
-	dr.nudge()
+	d.nudge(dr)
 }
 
 // expired reports whether the direction's deadline has passed.
@@ -172,24 +166,33 @@ const (
 
 // desc is one fd registered with one poller (a shared listener has one desc
 // per poller). See DESIGN.md, "The descriptor state machine".
+//
+// It is what an idle connection costs besides its Conn (and, served on
+// demand, its serverConn): every field is paid per connection, so it holds
+// no counter (the poller counts, pollerCounters) and nothing the poller
+// knows (its WaitInline role is d.p.inline). TestDescSize holds it to its
+// size class.
 type desc struct {
 	fd   int
 	gen  uint32 // generation, packed with fd into epoll_event data
-	p    *poller
 	kind descKind
-	mode Mode // registration mode: the group's, or EdgeTriggered if shared
+	mode Mode  // registration mode: the group's, or EdgeTriggered if kindShared
+	net  uint8 // a Conn's network: its index in networks
+	// skip turns on short-read skipping for this descriptor: a connection
+	// of a group with Config.ShortRead on. Set before registration.
+	skip bool
 
-	// shared marks one of several registrations of a listening socket on
-	// different pollers (Exclusive, WakeAll): it does not own the fd, which
-	// the Listener closes after every registration is gone.
-	shared bool
-
-	net uint8 // a Conn's network: its index in networks
+	p *poller
 
 	ref  atomic.Uint64                 // see refClosing
 	done atomic.Pointer[chan struct{}] // made by the first close, before it sets refClosing; closed once the fd is closed
 
 	rd, wr dir
+
+	// srv is the Server serving the connection on demand, nil otherwise.
+	// Set once, before the read direction first enters stServe: notify and
+	// nudge read it only after seeing that state.
+	srv *serverConn
 
 	// armMu serializes the EPOLL_CTL_MOD calls of a OneShot or
 	// LevelTriggered descriptor and the stores to armed; armed may be loaded
@@ -197,11 +200,6 @@ type desc struct {
 	armMu sync.Mutex
 	armed atomic.Uint32 // epoll interest currently armed, without flag bits
 
-	ctlMod atomic.Uint64 // EPOLL_CTL_MOD calls made for this descriptor
-
-	// skip turns on short-read skipping for this descriptor: a connection
-	// of a group with Config.ShortRead on. Set before registration.
-	skip bool
 	// sticky collects, for good, the event bits that announce a condition
 	// the kernel can end a transfer early on while something is still
 	// pending (stickyEvents), and stickyRaw once the fd has been handed to
@@ -241,8 +239,12 @@ func networkIndex(network string) uint8 {
 type descKind uint8
 
 const (
-	kindConn descKind = iota
-	kindListener
+	kindConn     descKind = iota
+	kindListener          // a listening socket's only registration: it owns the fd
+	// kindShared is one of several registrations of a listening socket on
+	// different pollers (Exclusive, WakeAll): it does not own the fd, which
+	// the Listener closes after every registration is gone.
+	kindShared
 )
 
 func newDesc(fd int, kind descKind) *desc {
@@ -292,8 +294,8 @@ func (d *desc) close() error {
 			break
 		}
 	}
-	d.rd.nudge()
-	d.wr.nudge()
+	d.nudge(&d.rd)
+	d.nudge(&d.wr)
 	d.decref()
 	<-*d.done.Load()
 	return nil
@@ -310,7 +312,7 @@ func (d *desc) makeDone() {
 
 func (d *desc) destroy() {
 	d.p.unregister(d)
-	if !d.shared {
+	if d.kind != kindShared {
 		unix.Close(d.fd)
 	}
 	close(*d.done.Load()) // made before refClosing was set, and destroy comes after
@@ -342,19 +344,23 @@ func (dr *dir) dropWake() {
 // which an edge must not be lost.
 var testHookBeforePark func(d *desc, dr *dir)
 
-// awaitReady is called with dr.mu held after a syscall in direction dr returned
-// EAGAIN (or an acceptor handed its turn off). It returns nil when the syscall should be retried, or
-// net.ErrClosed or os.ErrDeadlineExceeded.
-func (d *desc) awaitReady(dr *dir) error {
+// awaitReady is called with dr.mu held after a syscall in direction dr
+// returned EAGAIN (or an acceptor handed its turn off). It returns nil when
+// the syscall should be retried, or net.ErrClosed or
+// os.ErrDeadlineExceeded; parked says whether it parked (and was woken)
+// before it returned nil, rather than consuming an edge that was there.
+func (d *desc) awaitReady(dr *dir) (parked bool, err error) {
 	for {
 		if dr.state.CompareAndSwap(stReady, stIdle) {
-			dr.tokens.Add(1)
-			return nil
+			if !parked {
+				d.p.st.op(d.fd, cReadyTokens)
+			}
+			return parked, nil
 		}
 		if dr.state.Load() == stServe {
 			// A Read on an idle connection served on demand, from
 			// outside its handler: the Server waits for it.
-			return errServed
+			return parked, errServed
 		}
 		if h := testHookBeforePark; h != nil {
 			h(d, dr)
@@ -374,24 +380,29 @@ func (d *desc) awaitReady(dr *dir) error {
 			}
 		}
 		if err == nil {
-			dr.parks.Add(1)
-			if dr.inl != nil {
-				timedOut = dr.inl.park(dr)
+			if dr == &d.rd {
+				d.p.st.op(d.fd, cReadParks)
+			} else {
+				d.p.st.op(d.fd, cWriteParks)
+			}
+			if iw := d.p.inline; iw != nil {
+				timedOut = iw.park(dr)
 			} else {
 				timedOut = dr.park()
 			}
+			parked = true
 		}
 		if err != nil || timedOut {
 			if !dr.state.CompareAndSwap(stWaiting, stIdle) {
 				<-dr.wake // someone else moved us out of waiting: take their token
 			}
 			if err != nil {
-				return err
+				return parked, err
 			}
 		}
 		// Woken or timed out: loop to re-check the token, closing and deadline.
 		if err := d.checkDir(dr); err != nil {
-			return err
+			return parked, err
 		}
 	}
 }
@@ -469,8 +480,8 @@ func (d *desc) transfer(dr *dir, size int, op func() (int, error)) (int, error) 
 	if stream && dr.drained {
 		dr.drained = false
 		if d.sticky.Load() == 0 {
-			dr.skips.Add(1)
-			if err := d.awaitReady(dr); err != nil {
+			d.p.st.op(d.fd, cShortSkips)
+			if _, err := d.awaitReady(dr); err != nil {
 				// awaitReady fails (Close, deadline) without consuming an edge:
 				// one that came stays ready. So the direction is still
 				// known drained: net/http's background read, ended by a
@@ -495,9 +506,9 @@ func (d *desc) transfer(dr *dir, size int, op func() (int, error)) (int, error) 
 			continue
 		case unix.EAGAIN, errHandedOff:
 			if err == unix.EAGAIN {
-				dr.eagain.Add(1)
+				d.p.st.op(d.fd, cEAGAIN)
 			}
-			if err := d.awaitReady(dr); err != nil {
+			if _, err := d.awaitReady(dr); err != nil {
 				return 0, err
 			}
 		default:
@@ -533,22 +544,11 @@ func (dr *dir) consume() {
 // operation that consumes the edge also sees them.
 func (d *desc) event(e uint32) (woke int) {
 	d.stick(e)
-	if e&(unix.EPOLLIN|unix.EPOLLPRI|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 && d.rd.notify() {
+	if e&(unix.EPOLLIN|unix.EPOLLPRI|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 && d.notify(&d.rd) {
 		woke++
 	}
-	if e&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0 && d.wr.notify() {
+	if e&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0 && d.notify(&d.wr) {
 		woke++
 	}
 	return woke
-}
-
-func (d *desc) counters() descCounters {
-	return descCounters{
-		cReadParks:   d.rd.parks.Load(),
-		cWriteParks:  d.wr.parks.Load(),
-		cEAGAIN:      d.rd.eagain.Load() + d.wr.eagain.Load(),
-		cReadyTokens: d.rd.tokens.Load() + d.wr.tokens.Load(),
-		cShortSkips:  d.rd.skips.Load() + d.wr.skips.Load(),
-		cCtlMod:      d.ctlMod.Load(),
-	}
 }

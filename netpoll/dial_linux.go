@@ -78,9 +78,9 @@ func (g *Group) dialOne(ctx context.Context, network string, ep endpoint) (*Conn
 func (c *Conn) awaitConnect(ctx context.Context) error {
 	d := c.d
 	if dl, ok := ctx.Deadline(); ok {
-		d.wr.setDeadline(dl)
+		d.setDeadline(&d.wr, dl)
 	}
-	stop := context.AfterFunc(ctx, func() { d.wr.deadline.Store(1); d.wr.nudge() })
+	stop := context.AfterFunc(ctx, func() { d.wr.deadline.Store(1); d.nudge(&d.wr) })
 	if err := d.begin(&d.wr); err != nil {
 		stop()
 		return err
@@ -119,7 +119,7 @@ func (c *Conn) awaitConnect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.wr.setDeadline(timeZero)
+	d.setDeadline(&d.wr, timeZero)
 	return nil
 }
 

@@ -21,7 +21,7 @@ import (
 // the window between the ready-token check and the park (testHookBeforePark)
 // as a second rendezvous. At those points, and while the operation is
 // parked, the driver plays the poller (dir.notify), SetDeadline
-// (dir.setDeadline) and Close (desc.close). After every action it predicts
+// (desc.setDeadline) and Close (desc.close). After every action it predicts
 // where the operation may get to next and fails if it gets elsewhere, or
 // nowhere within a time limit. The invariants:
 //
@@ -90,8 +90,8 @@ const descActions = "daxhuerwbfpszcoO."
 // copy that TestDescModelCatchesBrokenMachines expects the model to catch.
 type descMachine struct {
 	name        string
-	notify      func(*dir) bool
-	setDeadline func(*dir, time.Time)
+	notify      func(*desc, *dir) bool
+	setDeadline func(*desc, *dir, time.Time)
 	close       func(*desc) error
 	stick       func(*desc, uint32)
 	transfer    func(d *desc, dr *dir, size int, op func() (int, error)) (int, error)
@@ -104,9 +104,9 @@ type descMachine struct {
 }
 
 var (
-	realMachine       = descMachine{"real", (*dir).notify, (*dir).setDeadline, (*desc).close, (*desc).stick, (*desc).transfer, true, false}
-	realMachineNoSkip = descMachine{"real, no skip", (*dir).notify, (*dir).setDeadline, (*desc).close, (*desc).stick, (*desc).transfer, false, false}
-	realMachineInline = descMachine{"real, inline", (*dir).notify, (*dir).setDeadline, (*desc).close, (*desc).stick, (*desc).transfer, true, true}
+	realMachine       = descMachine{"real", (*desc).notify, (*desc).setDeadline, (*desc).close, (*desc).stick, (*desc).transfer, true, false}
+	realMachineNoSkip = descMachine{"real, no skip", (*desc).notify, (*desc).setDeadline, (*desc).close, (*desc).stick, (*desc).transfer, false, false}
+	realMachineInline = descMachine{"real, inline", (*desc).notify, (*desc).setDeadline, (*desc).close, (*desc).stick, (*desc).transfer, true, true}
 )
 
 // modelSize is what the model's operations ask for: 2, so that 1 is short.
@@ -194,10 +194,9 @@ func newDescModel(m descMachine, timeout time.Duration) (*descModel, error) {
 			return nil, err
 		}
 		d.p = p
-		d.rd.inl, d.wr.inl = p.inline, p.inline
 	}
 	d.mode = EdgeTriggered
-	d.shared = true // destroy closes no fd
+	d.kind = kindShared // destroy closes no fd; nothing reads the kind otherwise, since the desc is never registered
 	d.skip = m.skip
 	return &descModel{m: m, d: d, timeout: timeout, dr: &d.rd,
 		req: make(chan modelOutcome), resp: make(chan byte), res: make(chan error, 1)}, nil
@@ -438,7 +437,7 @@ func (md *descModel) start() {
 func (md *descModel) event(dr *dir) error {
 	here := md.running && md.at == opParked && md.dr == dr
 	wake := md.afterCheck(opAtSyscall)
-	woke := md.m.notify(dr)
+	woke := md.m.notify(md.d, dr)
 	i := md.idx(dr)
 	if !here {
 		if woke {
@@ -486,7 +485,7 @@ func (md *descModel) setDeadline(k modelDeadline) error {
 		t = time.Now().Add(50 * time.Microsecond)
 		md.soonAt[i] = t.UnixNano()
 	}
-	md.m.setDeadline(dr, t)
+	md.m.setDeadline(md.d, dr, t)
 	md.dl[i] = k
 	if !here {
 		return md.checkIdle(dr, 0)
@@ -710,9 +709,9 @@ func (md *descModel) finish() error {
 	// The poller may still deliver events for a closed desc, and
 	// SetDeadline may race with Close: neither may send a token now.
 	for _, dr := range []*dir{&md.d.rd, &md.d.wr} {
-		md.m.notify(dr)
-		md.m.setDeadline(dr, time.Now().Add(-time.Second))
-		md.m.notify(dr)
+		md.m.notify(md.d, dr)
+		md.m.setDeadline(md.d, dr, time.Now().Add(-time.Second))
+		md.m.notify(md.d, dr)
 	}
 	return md.checkTokens()
 }

@@ -32,7 +32,7 @@ func TestDescModelCatchesBrokenMachines(t *testing.T) {
 		}
 	}()
 	// closeWaking is desc.close with wake in place of its nudges.
-	closeWaking := func(d *desc, wake func(*dir)) error {
+	closeWaking := func(d *desc, wake func(*desc, *dir)) error {
 		d.makeDone()
 		for {
 			v := d.ref.Load()
@@ -44,14 +44,14 @@ func TestDescModelCatchesBrokenMachines(t *testing.T) {
 				break
 			}
 		}
-		wake(&d.rd)
-		wake(&d.wr)
+		wake(d, &d.rd)
+		wake(d, &d.wr)
 		d.decref()
 		<-*d.done.Load()
 		return nil
 	}
-	closeWithoutNudge := func(d *desc) error { return closeWaking(d, func(*dir) {}) }
-	storeDeadline := func(dr *dir, t time.Time) {
+	closeWithoutNudge := func(d *desc) error { return closeWaking(d, func(*desc, *dir) {}) }
+	storeDeadline := func(_ *desc, dr *dir, t time.Time) {
 		ns := int64(0)
 		if !t.IsZero() {
 			ns = t.UnixNano()
@@ -59,32 +59,32 @@ func TestDescModelCatchesBrokenMachines(t *testing.T) {
 		dr.deadline.Store(ns)
 	}
 	broken := []descMachine{
-		{name: "notify sends a second token for one park", notify: func(dr *dir) bool {
+		{name: "notify sends a second token for one park", notify: func(d *desc, dr *dir) bool {
 			if dr.state.Swap(stReady) == stIdle {
 				return false
 			}
-			dr.send()
+			d.send(dr)
 			return true
 		}},
-		{name: "notify forgets the token", notify: func(dr *dir) bool {
+		{name: "notify forgets the token", notify: func(d *desc, dr *dir) bool {
 			return dr.state.Swap(stReady) == stWaiting
 		}},
-		{name: "notify drops an edge nobody waits for", notify: func(dr *dir) bool {
+		{name: "notify drops an edge nobody waits for", notify: func(d *desc, dr *dir) bool {
 			if dr.state.CompareAndSwap(stWaiting, stReady) {
-				dr.send()
+				d.send(dr)
 				return true
 			}
 			return false
 		}},
 		{name: "setDeadline does not wake the park", setDeadline: storeDeadline},
-		{name: "setDeadline wakes with an invented edge", setDeadline: func(dr *dir, t time.Time) {
-			storeDeadline(dr, t)
+		{name: "setDeadline wakes with an invented edge", setDeadline: func(d *desc, dr *dir, t time.Time) {
+			storeDeadline(d, dr, t)
 			if dr.state.CompareAndSwap(stWaiting, stReady) {
-				dr.send()
+				d.send(dr)
 			}
 		}},
-		{name: "setDeadline sends a token without a park", setDeadline: func(dr *dir, t time.Time) {
-			storeDeadline(dr, t)
+		{name: "setDeadline sends a token without a park", setDeadline: func(d *desc, dr *dir, t time.Time) {
+			storeDeadline(d, dr, t)
 			dr.state.Store(stIdle)
 			select {
 			case dr.wake <- struct{}{}:
@@ -102,7 +102,7 @@ func TestDescModelCatchesBrokenMachines(t *testing.T) {
 
 		// WaitInline: a token for an operation waiting on the epoll fd
 		// itself reaches it only with a kick through the epoll instance.
-		{name: "inline: an edge's token comes without a kick", inline: true, notify: func(dr *dir) bool {
+		{name: "inline: an edge's token comes without a kick", inline: true, notify: func(d *desc, dr *dir) bool {
 			if dr.state.Swap(stReady) != stWaiting {
 				return false
 			}
@@ -110,7 +110,7 @@ func TestDescModelCatchesBrokenMachines(t *testing.T) {
 			return true
 		}},
 		{name: "inline: close wakes the parked without a kick", inline: true, close: func(d *desc) error {
-			return closeWaking(d, func(dr *dir) {
+			return closeWaking(d, func(d *desc, dr *dir) {
 				if dr.state.CompareAndSwap(stWaiting, stIdle) {
 					dr.wake <- struct{}{} // dir.nudge without kickIfHolder
 				}
@@ -192,7 +192,7 @@ func brokenIO(bug ioBug) func(d *desc, dr *dir, size int, op func() (int, error)
 				dr.drained = false
 			}
 			if d.sticky.Load() == 0 || bug == ignoreSticky {
-				if err := d.awaitReady(dr); err != nil {
+				if _, err := d.awaitReady(dr); err != nil {
 					return 0, err
 				}
 			}
@@ -217,7 +217,7 @@ func brokenIO(bug ioBug) func(d *desc, dr *dir, size int, op func() (int, error)
 				}
 				return n, nil
 			case unix.EAGAIN:
-				if err := d.awaitReady(dr); err != nil {
+				if _, err := d.awaitReady(dr); err != nil {
 					return 0, err
 				}
 			default:

@@ -84,15 +84,15 @@ var serveSeeds = []string{
 type serveMachine struct {
 	name   string
 	skip   bool                     // the desc skips after short transfers
-	notify func(*dir) bool          // the poller's edge
+	notify func(*desc, *dir) bool   // the poller's edge
 	close  func(*desc) error        // Close
 	check  func(queued int) bool    // the socket check's answer
 	window func(dr *dir, at string) // runs in each window, after the script's actions there
 }
 
 var (
-	realServe       = serveMachine{"real", true, (*dir).notify, (*desc).close, func(q int) bool { return q > 0 }, nil}
-	realServeNoSkip = serveMachine{"real, no skip", false, (*dir).notify, (*desc).close, func(q int) bool { return q > 0 }, nil}
+	realServe       = serveMachine{"real", true, (*desc).notify, (*desc).close, func(q int) bool { return q > 0 }, nil}
+	realServeNoSkip = serveMachine{"real, no skip", false, (*desc).notify, (*desc).close, func(q int) bool { return q > 0 }, nil}
 )
 
 // serveModel drives one served connection through a script.
@@ -133,7 +133,7 @@ func newServeModel(m serveMachine, timeout time.Duration) *serveModel {
 	d := newDesc(modelFD, kindConn)
 	d.p = &poller{epfd: -1} // EdgeTriggered never arms; unregister's EPOLL_CTL_DEL fails harmlessly
 	d.mode = EdgeTriggered
-	d.shared = true // destroy closes no fd
+	d.kind = kindShared // destroy closes no fd; nothing reads the kind otherwise, since the desc is never registered
 	d.skip = m.skip
 	md.d = d
 	md.s = &Server{
@@ -145,7 +145,7 @@ func newServeModel(m serveMachine, timeout time.Duration) *serveModel {
 		},
 	}
 	md.sc = &serverConn{s: md.s, c: &Conn{d: d}, h: &md.s.Handler}
-	d.rd.srv = md.sc
+	d.srv = md.sc
 	md.s.add(md.sc)
 	return md
 }
@@ -258,15 +258,15 @@ func (md *serveModel) step(a byte) error {
 			md.held++
 			return nil
 		}
-		md.m.notify(&md.d.rd)
+		md.m.notify(md.d, &md.d.rd)
 	case 'e':
 		if md.held == 0 {
 			return nil
 		}
 		md.held--
-		md.m.notify(&md.d.rd)
+		md.m.notify(md.d, &md.d.rd)
 	case 't':
-		md.d.rd.setDeadline(time.Now().Add(-time.Second))
+		md.d.setDeadline(&md.d.rd, time.Now().Add(-time.Second))
 	case 'c':
 		md.closed = true
 		go func() { md.closeErrs <- md.m.close(md.d) }()

@@ -12,7 +12,7 @@ import (
 func TestServeModelCatchesBrokenMachines(t *testing.T) {
 	// closeWith is desc.close with wake in place of the read direction's
 	// nudge.
-	closeWith := func(wake func(*dir)) func(*desc) error {
+	closeWith := func(wake func(*desc, *dir)) func(*desc) error {
 		return func(d *desc) error {
 			d.makeDone()
 			for {
@@ -25,8 +25,8 @@ func TestServeModelCatchesBrokenMachines(t *testing.T) {
 					break
 				}
 			}
-			wake(&d.rd)
-			d.wr.nudge()
+			wake(d, &d.rd)
+			d.nudge(&d.wr)
 			d.decref()
 			<-*d.done.Load()
 			return nil
@@ -37,41 +37,41 @@ func TestServeModelCatchesBrokenMachines(t *testing.T) {
 		want string // in the error the model reports, |-separated alternatives
 	}{
 		{serveMachine{name: "a hand-off that drops a ready edge (stores serve over it)", skip: true,
-			notify: (*dir).notify, close: (*desc).close, check: realServe.check,
+			notify: (*desc).notify, close: (*desc).close, check: realServe.check,
 			window: func(dr *dir, at string) {
 				if at == "before-serve" {
 					dr.state.CompareAndSwap(stReady, stIdle)
 				}
 			}}, "stranded"},
 		{serveMachine{name: "a hand-off that skips the socket check", skip: false,
-			notify: (*dir).notify, close: (*desc).close, check: func(int) bool { return false }}, "stranded"},
+			notify: (*desc).notify, close: (*desc).close, check: func(int) bool { return false }}, "stranded"},
 		{serveMachine{name: "a Close that starts the handler whatever the state (a readiness and a Close both start one)", skip: true,
-			notify: (*dir).notify, check: realServe.check,
-			close: closeWith(func(dr *dir) {
+			notify: (*desc).notify, check: realServe.check,
+			close: closeWith(func(d *desc, dr *dir) {
 				if dr.state.Swap(stIdle) != stWaiting {
-					dr.srv.start(false)
+					d.srv.start(false)
 				} else {
-					dr.send()
+					d.send(dr)
 				}
 			})}, "StateClosed reported 2 times|two owners"},
 		{serveMachine{name: "a start by an edge that calls the handler without asking the socket (it parks on a stale edge)", skip: true,
 			close: (*desc).close, check: realServe.check,
-			notify: func(dr *dir) bool {
+			notify: func(d *desc, dr *dir) bool {
 				switch dr.state.Swap(stReady) {
 				case stWaiting:
-					dr.send()
+					d.send(dr)
 					return true
 				case stServe:
-					dr.srv.start(false)
+					d.srv.start(false)
 					return true
 				}
 				return false
 			}}, "goroutine held while idle"},
 		{serveMachine{name: "a Close that ends the idle wait without starting anyone (the connection leaks)", skip: true,
-			notify: (*dir).notify, check: realServe.check,
-			close: closeWith(func(dr *dir) {
+			notify: (*desc).notify, check: realServe.check,
+			close: closeWith(func(d *desc, dr *dir) {
 				if !dr.state.CompareAndSwap(stServe, stIdle) {
-					dr.nudge()
+					d.nudge(dr)
 				}
 			})}, "Close never finished"},
 	}

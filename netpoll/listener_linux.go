@@ -187,8 +187,11 @@ func (l *Listener) open(ep endpoint) error {
 // every queued connection to all of them while Accept is not being called.
 // On failure an owned fd is closed.
 func (l *Listener) register(fd int, p *poller, extra uint32, owns bool) error {
-	d := newDesc(fd, kindListener)
-	d.shared = !owns
+	kind := kindListener
+	if !owns {
+		kind = kindShared
+	}
+	d := newDesc(fd, kind)
 	if err := p.register(d, extra); err != nil {
 		if owns {
 			unix.Close(fd)
@@ -439,7 +442,7 @@ func (l *Listener) balance(i int) bool {
 	if l.accepts[i].Load()*k <= total+k || least == i {
 		return true
 	}
-	l.ds[least].rd.notify()
+	l.ds[least].notify(&l.ds[least].rd)
 	l.ds[least].p.st.inc(cHandOffs)
 	return false
 }
@@ -513,8 +516,8 @@ func (l *Listener) SetDeadline(t time.Time) error {
 	if l.sharing == Single {
 		// Accept parks on ds[0].rd; a raw Read or Write on ds[0]'s
 		// directions sees the deadline as it does on a net.TCPListener.
-		l.ds[0].rd.setDeadline(t)
-		l.ds[0].wr.setDeadline(t)
+		l.ds[0].setDeadline(&l.ds[0].rd, t)
+		l.ds[0].setDeadline(&l.ds[0].wr, t)
 	}
 	old := l.deadline.Swap(&acceptDeadline{ns: ns, changed: make(chan struct{})})
 	close(old.changed)

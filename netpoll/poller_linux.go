@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/cpu"
 	"golang.org/x/sys/unix"
 )
 
@@ -53,23 +54,53 @@ type poller struct {
 }
 
 // pollerCounters are written by the poller's loop (and, for ctl counts and
-// accepts, by registration and acceptors) and read by Stats. Per-I/O
-// counters live in desc and are folded in when a descriptor closes.
+// accepts, by registration and acceptors), and by the operations on its
+// connections in stripes, and read by Stats without a lock: every counter
+// is atomic and only grows, so a snapshot may be a moment old but never
+// counts an event twice.
 type pollerCounters struct {
-	c          [numCounters - numDescCounters]atomic.Uint64 // the counters from numDescCounters on (stats.go)
-	spinNanos  atomic.Uint64                                // SpinAuto: time spent in spins (PollerStats.SpinTime)
-	blockCost  atomic.Uint64                                // SpinAuto: median process CPU (ns) of a sampled blocked idle period
-	spinBudget atomic.Uint64                                // SpinAuto: the budget (ns) of its latest idle moment
+	c          [numCounters - numOpCounters]atomic.Uint64 // the counters from numOpCounters on (stats.go)
+	ops        [opStripes]opStripe                        // the counters below numOpCounters
+	spinNanos  atomic.Uint64                              // SpinAuto: time spent in spins (PollerStats.SpinTime)
+	blockCost  atomic.Uint64                              // SpinAuto: median process CPU (ns) of a sampled blocked idle period
+	spinBudget atomic.Uint64                              // SpinAuto: the budget (ns) of its latest idle moment
+}
+
+// opStripes is how many stripes a poller's operation counters are split
+// into. Operations on fds that differ in the low bits count in different
+// stripes: with up to GOMAXPROCS operations running at once on different
+// connections, few write the same line, and a poller pays
+// opStripes·(a stripe) bytes however many connections it holds, where a
+// counter per descriptor cost every idle connection 72 bytes.
+const opStripes = 8
+
+// opStripe is one stripe of operation counters, padded so that no two
+// stripes' counters share a cache line wherever the array starts.
+type opStripe struct {
+	c [numOpCounters]atomic.Uint64
+	_ cpu.CacheLinePad
 }
 
 // add adds n to counter c, one of the poller's own.
-func (pc *pollerCounters) add(c counter, n uint64) { pc.c[c-numDescCounters].Add(n) }
+func (pc *pollerCounters) add(c counter, n uint64) { pc.c[c-numOpCounters].Add(n) }
 
-// inc adds one to counter c.
-func (pc *pollerCounters) inc(c counter) { pc.c[c-numDescCounters].Add(1) }
+// inc adds one to counter c, one of the poller's own.
+func (pc *pollerCounters) inc(c counter) { pc.c[c-numOpCounters].Add(1) }
 
-// load reads counter c.
-func (pc *pollerCounters) load(c counter) uint64 { return pc.c[c-numDescCounters].Load() }
+// op adds one to operation counter c in fd's stripe.
+func (pc *pollerCounters) op(fd int, c counter) { pc.ops[uint(fd)%opStripes].c[c].Add(1) }
+
+// load reads counter c, summing the stripes of an operation counter.
+func (pc *pollerCounters) load(c counter) uint64 {
+	if c >= numOpCounters {
+		return pc.c[c-numOpCounters].Load()
+	}
+	var sum uint64
+	for i := range pc.ops {
+		sum += pc.ops[i].c[c].Load()
+	}
+	return sum
+}
 
 func newPoller(id int, cfg Config) (_ *poller, err error) {
 	p := &poller{id: id, epfd: -1, evfd: -1, mode: cfg.Mode, strategy: cfg.wait(), spin: cfg.Spin,
@@ -189,18 +220,16 @@ func (p *poller) stop() {
 // netpoller (WaitNested, WaitInline).
 func (p *poller) nested() bool { return p.strategy == WaitNested || p.strategy == WaitInline }
 
-// stats snapshots the poller: its own counters, its closed descriptors' and
-// its live ones'.
+// stats snapshots the poller's counters. It takes no lock: a metrics
+// scrape never waits for, or holds up, a registration.
 func (p *poller) stats() PollerStats {
 	var s PollerStats
 	f := s.counters()
-	for c := numDescCounters; c < numCounters; c++ {
+	for c := range numCounters {
 		*f[c] = p.st.load(c)
 	}
 	s.SpinTime = time.Duration(p.st.spinNanos.Load())
 	s.BlockCost = time.Duration(p.st.blockCost.Load())
-	c, live := p.table.counters()
-	c.into(&s)
-	s.Descriptors = uint64(live)
+	s.Descriptors = uint64(p.table.live.Load())
 	return s
 }

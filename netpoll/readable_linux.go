@@ -42,22 +42,20 @@ func (c *Conn) WaitRead() error {
 			if dr.state.Load() == stReady {
 				return nil // an edge since the drained Read
 			}
-			dr.skips.Add(1)
+			d.p.st.op(d.fd, cShortSkips)
 		} else if ok, err := d.readable(); err != nil || ok {
 			if err != nil {
 				return c.opError("read", os.NewSyscallError("poll", err))
 			}
 			return nil
 		}
-		// Whether awaitReady parked: dr.parks moves only under dr.mu,
-		// which this wait holds, so a change is this wait's own park.
-		parks := dr.parks.Load()
-		if err := d.awaitReady(dr); err != nil {
+		parked, err := d.awaitReady(dr)
+		if err != nil {
 			// No edge consumed: the socket is as known as before.
 			dr.drained = drained
 			return c.opError("read", err)
 		}
-		if dr.parks.Load() != parks {
+		if parked {
 			return nil // woken by an edge that came after the socket was found empty
 		}
 		// A ready token taken without parking may be stale (an edge for

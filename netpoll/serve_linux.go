@@ -112,7 +112,7 @@ func (s *Server) serve(c net.Conn) {
 	}
 	nc, ok := c.(*Conn)
 	if ok {
-		nc.d.rd.srv = sc // before the first hand-off: notify and nudge read it once they see stServe
+		nc.d.srv = sc // before the first hand-off: notify and nudge read it once they see stServe
 	}
 	if h := s.ConnState; h != nil {
 		h(c, StateNew)

@@ -75,17 +75,18 @@ type Stats struct {
 	CPULimit float64
 }
 
-// counter names one counter: its slot in a poller's pollerCounters (or a
-// descriptor's descCounters) and the PollerStats field it fills. This
-// block and PollerStats.counters are the one list of counters; the
-// PollerStats fields that are not counters (SpinTime, BlockCost,
-// Descriptors) are filled by poller.stats and summed by add by hand.
+// counter names one counter: its slot in a poller's pollerCounters and
+// the PollerStats field it fills. This block and PollerStats.counters are
+// the one list of counters; the PollerStats fields that are not counters
+// (SpinTime, BlockCost, Descriptors) are filled by poller.stats and summed
+// by add by hand.
 type counter uint8
 
 const (
-	// Kept per descriptor (descCounters), so that no line shared between
-	// connections is written per operation; folded in when Stats reads
-	// them and when a descriptor closes.
+	// Counted by operations on the poller's connections, in one of the
+	// poller's opStripes stripes chosen by fd (opCounters), so that
+	// operations on different connections seldom write the same cache
+	// line, and no descriptor carries a counter.
 	cReadParks counter = iota
 	cWriteParks
 	cEAGAIN
@@ -129,8 +130,8 @@ const (
 	numCounters
 )
 
-// numDescCounters: the counters below it are kept per descriptor.
-const numDescCounters = cEpollWaits
+// numOpCounters: the counters below it are counted by operations, striped.
+const numOpCounters = cEpollWaits
 
 // counters returns, for each counter, the PollerStats field it fills.
 func (s *PollerStats) counters() [numCounters]*uint64 {
@@ -183,21 +184,4 @@ func (s *PollerStats) add(o *PollerStats) {
 	s.SpinTime += o.SpinTime
 	s.BlockCost = max(s.BlockCost, o.BlockCost)
 	s.Descriptors += o.Descriptors
-}
-
-// descCounters are the counters a descriptor keeps for itself (those below
-// numDescCounters).
-type descCounters [numDescCounters]uint64
-
-func (c *descCounters) add(o *descCounters) {
-	for i := range c {
-		c[i] += o[i]
-	}
-}
-
-func (c *descCounters) into(s *PollerStats) {
-	f := s.counters()
-	for i := range c {
-		*f[i] += c[i]
-	}
 }

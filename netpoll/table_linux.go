@@ -15,8 +15,8 @@ type fdTable struct {
 	slots atomic.Pointer[[]atomic.Pointer[desc]] // replaced whole on growth, under mu
 	gen   uint32                                 // last generation given out; guarded by mu
 
-	retired descCounters // counters of removed descriptors; guarded by mu
-	closed  bool         // no more set: the group is closing; guarded by mu
+	closed bool         // no more set: the group is closing; guarded by mu
+	live   atomic.Int64 // descriptors in the table now (Stats), moved under mu
 }
 
 func (t *fdTable) get(fd int) *desc {
@@ -63,21 +63,16 @@ func (t *fdTable) insert(d *desc, add func() error) error {
 		(*s)[d.fd].Store(nil)
 		return err
 	}
+	t.live.Add(1)
 	return nil
 }
 
-// clear removes d if it is still the descriptor under its fd. With retire
-// set, d's counters move to retired in the same step, so a concurrent
-// counters call sees them exactly once.
-func (t *fdTable) clear(d *desc, retire bool) {
+// clear removes d if it is still the descriptor under its fd.
+func (t *fdTable) clear(d *desc) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if s := t.slots.Load(); s != nil && d.fd < len(*s) {
-		(*s)[d.fd].CompareAndSwap(d, nil)
-	}
-	if retire {
-		c := d.counters()
-		t.retired.add(&c)
+	if s := t.slots.Load(); s != nil && d.fd < len(*s) && (*s)[d.fd].CompareAndSwap(d, nil) {
+		t.live.Add(-1)
 	}
 }
 
@@ -100,18 +95,4 @@ func (t *fdTable) allLocked() []*desc {
 		}
 	}
 	return ds
-}
-
-// counters sums the counters of live and removed descriptors and counts the
-// live ones.
-func (t *fdTable) counters() (c descCounters, live int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	c = t.retired
-	for _, d := range t.allLocked() {
-		dc := d.counters()
-		c.add(&dc)
-		live++
-	}
-	return c, live
 }
