@@ -61,7 +61,7 @@ func impls(b *testing.B) []func() impl {
 	for _, m := range []netpoll.Mode{netpoll.EdgeTriggered, netpoll.OneShot, netpoll.LevelTriggered} {
 		fs = append(fs, func() impl { return netpollImpl(b, netpoll.Config{Mode: m, SpinPolicy: netpoll.SpinFixed}) })
 	}
-	for _, w := range []netpoll.Wait{netpoll.WaitBlock, netpoll.WaitYield} {
+	for _, w := range []netpoll.Wait{netpoll.WaitBlock, netpoll.WaitInline} {
 		fs = append(fs, func() impl { return netpollImpl(b, netpoll.Config{Wait: w, SpinPolicy: netpoll.SpinFixed}) })
 	}
 	for _, spin := range []time.Duration{50 * time.Microsecond, -1} {

@@ -74,9 +74,6 @@ const (
 	WaitNested
 	// WaitBlock dedicates a locked OS thread that blocks in epoll_wait(-1).
 	WaitBlock
-	// WaitYield polls with timeout 0 and yields the P while events keep
-	// coming, then blocks in epoll_wait(-1) on the poller's goroutine.
-	WaitYield
 	// WaitInline is WaitNested where the operation about to park, when no
 	// other watches the epoll fd, waits on it itself: the runtime's
 	// netpoller wakes it directly, one goroutine hop where WaitNested takes
@@ -84,7 +81,7 @@ const (
 	WaitInline
 )
 
-var waitNames = [...]string{WaitDefault: "default", WaitNested: "nested", WaitBlock: "block", WaitYield: "yield", WaitInline: "inline"}
+var waitNames = [...]string{WaitDefault: "default", WaitNested: "nested", WaitBlock: "block", WaitInline: "inline"}
 
 // String returns the short name used in NETPOLL and in benchmark labels.
 func (w Wait) String() string {
@@ -224,7 +221,7 @@ func (c Config) validate() error {
 		return &ConfigError{"sharing", c.Sharing.String(), "want single, exclusive, wakeall or reuseport"}
 	}
 	if int(c.Wait) >= len(waitNames) {
-		return &ConfigError{"wait", c.Wait.String(), "want default, nested, block, yield or inline"}
+		return &ConfigError{"wait", c.Wait.String(), "want default, nested, block or inline"}
 	}
 	if c.BusyPoll < 0 || c.BusyPoll > time.Duration(maxBusyPollUsecs)*time.Microsecond {
 		return &ConfigError{"busypoll", c.BusyPoll.String(), "want 0 (off) up to 2^31-1 microseconds"}
@@ -244,7 +241,7 @@ func (c Config) validate() error {
 	if c.Sharing == Exclusive && (c.Wait == WaitNested || c.Wait == WaitInline) {
 		// Measured: with 32 nested pollers every poller woke for each
 		// connection, as many wakeups as WakeAll.
-		return &ConfigError{"sharing", "exclusive", "needs wait=block or wait=yield (no wait key: exclusive defaults to block): the kernel stops an EPOLLEXCLUSIVE wakeup only at an epoll instance with a thread asleep in epoll_wait, and nested pollers sleep in the runtime's epoll instead, so every poller would wake"}
+		return &ConfigError{"sharing", "exclusive", "needs wait=block (no wait key: exclusive defaults to block): the kernel stops an EPOLLEXCLUSIVE wakeup only at an epoll instance with a thread asleep in epoll_wait, and nested pollers sleep in the runtime's epoll instead, so every poller would wake"}
 	}
 	if c.Pollers < 0 || c.Pollers > MaxPollers {
 		return &ConfigError{"pollers", strconv.Itoa(c.Pollers), fmt.Sprintf("want 0 (default) to %d", MaxPollers)}
@@ -322,7 +319,7 @@ func (c Config) String() string {
 // lt), pollers (a count), sharing (single, exclusive, wakeall, reuseport),
 // spin (a duration, 0 to never spin, "forever" for a negative budget, or
 // "auto" for SpinAuto, "default" for the zero value), wait (nested,
-// block, yield), busypoll (a duration), shortread (on, off, default). Unset keys keep their zero value. An unknown key, a
+// block, inline, default), busypoll (a duration), shortread (on, off, default). Unset keys keep their zero value. An unknown key, a
 // repeated key or a bad value is a *ConfigError naming it.
 func ParseConfig(s string) (Config, error) {
 	var c Config
@@ -364,7 +361,7 @@ func (c *Config) set(k, v string) error {
 	case "wait":
 		i := indexOf(waitNames[:], v, nil)
 		if i < 0 {
-			return &ConfigError{k, v, "want nested, block, yield, inline or default"}
+			return &ConfigError{k, v, "want nested, block, inline or default"}
 		}
 		c.Wait = Wait(i)
 	case "pollers":

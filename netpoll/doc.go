@@ -64,7 +64,7 @@
 // never call epoll_ctl. Level EPOLLOUT would fire on every epoll_wait for an
 // idle writable socket, so it is armed (EPOLL_CTL_MOD) only while a writer is
 // parked. A level event repeats until its reader reads. A thread poller
-// (WaitBlock, WaitYield) that gets only repeats yields the P between polls
+// (WaitBlock) that gets only repeats yields the P between polls
 // so the readers run, and if they go on for 10ms (a conn whose owner is not
 // reading) it disarms those readers until they park again; Stats count the
 // disarms and the EPOLL_CTL_MOD that re-arms. A nested poller is not woken
@@ -96,8 +96,8 @@
 // by pollers would report every queued connection to all of them while
 // nobody calls Accept. Connections keep the group's Mode.
 //
-// Exclusive needs pollers that sleep in their own epoll_wait (WaitBlock or
-// WaitYield): with no Config.Wait (NETPOLL without a wait key) it gets
+// Exclusive needs pollers that sleep in their own epoll_wait (WaitBlock):
+// with no Config.Wait (NETPOLL without a wait key) it gets
 // WaitBlock, and New refuses it with WaitNested asked for. The kernel ends an exclusive
 // wakeup at the first epoll instance that has a thread asleep in
 // epoll_wait on it (ep_poll_callback sets ewake only then). A nested poller
@@ -239,7 +239,8 @@
 //
 // Config.Wait picks how a poller waits when it has no events: nested in the
 // runtime's netpoller (the default), a dedicated OS thread in
-// epoll_wait(-1), or polling with timeout 0 and yielding before blocking.
+// epoll_wait(-1), or, under WaitInline, the operation about to park waiting
+// on the epoll fd itself.
 // loop_linux.go says what each costs; testdata/core/ in the repository
 // holds the measurements behind the default.
 //

@@ -27,7 +27,7 @@ func TestBadEnv(t *testing.T) {
 
 // TestGoodEnv: the default group takes its configuration from NETPOLL.
 func TestGoodEnv(t *testing.T) {
-	t.Setenv(netpoll.EnvVar, "mode=oneshot,wait=yield")
+	t.Setenv(netpoll.EnvVar, "mode=oneshot,wait=block")
 	netpoll.ResetDefault()
 	defer netpoll.ResetDefault()
 	l, err := netpoll.Listen("tcp", "127.0.0.1:0")
@@ -39,7 +39,7 @@ func TestGoodEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := g.Config(); c.Mode != netpoll.OneShot || c.Wait != netpoll.WaitYield {
-		t.Errorf("default group config = %+v, want mode=oneshot wait=yield", c)
+	if c := g.Config(); c.Mode != netpoll.OneShot || c.Wait != netpoll.WaitBlock {
+		t.Errorf("default group config = %+v, want mode=oneshot wait=block", c)
 	}
 }

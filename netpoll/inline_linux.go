@@ -2,7 +2,6 @@ package netpoll
 
 import (
 	"os"
-	"runtime"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -101,14 +100,13 @@ type inlineWait struct {
 	quit    chan struct{}      // closed by stop
 	step    func(uintptr) bool // holderStep, made once: a method value made per park would allocate
 	aside   bool               // the holder steps aside; owned by the holder
-	spun    bool               // the holder's last poll was a spin poll; owned by the holder
-	parked  bool               // the holder's step returned false: its next call is a wakeup
-	// auto is the poller's SpinAuto policy (nil without it), touched only
-	// by the holder: the role word's CAS orders one holder's use before the
-	// next's, and the loop goroutine never spins. A holder gives up its
-	// spinning slot as it leaves (leaveRole), so that a slot is never held
-	// while nobody holds the role.
-	auto *autoSpin
+	// held is the holders' pollStep, passed from one to the next with the
+	// role: the role word's CAS orders one holder's use before the next's.
+	// It spins by the poller's SpinAuto policy (p.auto), which under
+	// WaitInline only holders touch, the loop goroutine never spinning. A
+	// holder gives up its spinning slot as it leaves (leaveRole), so that a
+	// slot is never held while nobody holds the role.
+	held pollStep
 }
 
 func newInlineWait(p *poller) (*inlineWait, error) {
@@ -116,6 +114,7 @@ func newInlineWait(p *poller) (*inlineWait, error) {
 	iw.word.Store(roleVacant) // the loop goroutine starts dormant
 	iw.handoff.Store(int64(inlineHandoff))
 	iw.step = iw.holderStep
+	iw.held = pollStep{p: p, spins: true}
 	iw.timer = time.AfterFunc(time.Hour, iw.takeover)
 	iw.timer.Stop()
 	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
@@ -208,15 +207,15 @@ func (iw *inlineWait) parkChan(dr *dir) bool {
 // the caller steps aside, the role out, so that one of them takes it when
 // it parks again).
 func (iw *inlineWait) hold(dr *dir) (stepAside bool) {
-	iw.aside, iw.spun, iw.parked = false, false, false
+	iw.aside, iw.held.spun, iw.held.parked = false, false, false
 	iw.holder.Store(dr)
 	err := iw.rc.Read(iw.step)
 	iw.holder.Store(nil)
 	if err != nil {
 		panic("netpoll: RawConn.Read on our own epoll fd failed: " + err.Error())
 	}
-	if iw.auto != nil {
-		iw.auto.leaveRole()
+	if a := iw.p.auto; a != nil {
+		a.leaveRole()
 	}
 	if iw.aside {
 		return true
@@ -226,29 +225,17 @@ func (iw *inlineWait) hold(dr *dir) (stepAside bool) {
 }
 
 // holderStep is the holder's RawRead callback: poll, dispatch, and return
-// true once the holder's own token has come. With SpinAuto the holder
-// spins as the nested loop does, polling with its P yielded in between,
-// for as long as the policy says; the poll on entry is the poll after
-// events the policy expects at an idle moment, since the previous holder
-// left with its event. It asks iw.auto itself, not poller.chooseSpin:
-// closeFDs clears p.auto once the loop goroutine has stopped, and a holder
-// woken by Group.Close may still be finishing its step then.
+// true once the holder's own token has come, or a poll woke others before
+// it (the holder steps aside). With SpinAuto the holder spins as the
+// nested loop does, for as long as the policy says; the poll on entry is
+// the poll after events the policy expects at an idle moment, since the
+// previous holder left with its event.
 func (iw *inlineWait) holderStep(uintptr) bool {
-	p, dr, a := iw.p, iw.holder.Load(), iw.auto
-	first := iw.parked
-	iw.parked = false
+	s, dr := &iw.held, iw.holder.Load()
 	for {
 		iw.polling.Store(true)
-		n, woke, _ := p.poll(0) // the stop eventfd is level-triggered: the loop sees it
+		n, woke, _ := s.poll(0) // the stop eventfd is level-triggered: the loop sees it
 		iw.polling.Store(false)
-		if iw.spun && n > 0 {
-			p.st.inc(cSpinHits)
-		}
-		iw.spun = false
-		if first {
-			p.countWakeup(woke)
-			first = false
-		}
 		done := false
 		select {
 		case <-dr.wake:
@@ -259,25 +246,12 @@ func (iw *inlineWait) holderStep(uintptr) bool {
 			}
 		}
 		if done {
-			if a != nil && n > 0 {
-				// The events end an idle period: the policy learns from
-				// them. Its "poll again" is the next holder's entry poll.
-				a.next(p.freshEvents(n, woke), monoNow(), &p.st)
-			}
+			s.leave(n, woke)
 			return true
 		}
-		if n == len(p.events) {
-			continue // more may be pending
+		if !s.next(n, woke) {
+			return false
 		}
-		if a != nil && a.next(p.freshEvents(n, woke), monoNow(), &p.st) {
-			p.st.inc(cSpinPolls)
-			runtime.Gosched()
-			iw.spun = true
-			continue
-		}
-		p.st.inc(cBlockingWaits)
-		iw.parked = true
-		return false
 	}
 }
 
@@ -395,30 +369,24 @@ func (iw *inlineWait) kickIfHolder(dr *dir) {
 }
 
 // runInline is the loop goroutine of WaitInline: WaitNested's loop while it
-// holds the role, leaving it after a poll that woke someone.
+// holds the role, leaving it after a poll that woke someone, and never
+// spinning (pollStep.spins is false).
 func (p *poller) runInline(f *os.File) {
 	defer f.Close()
 	iw := p.inline
-	stopped, parked := false, false
+	s := pollStep{p: p}
+	stopped := false
 	step := func(uintptr) bool {
-		first := parked
-		parked = false
 		for {
-			n, woke, stop := p.poll(0)
+			n, woke, stop := s.poll(0)
 			if stop {
 				stopped = true
 				return true
 			}
-			if first {
-				p.countWakeup(woke)
-				first = false
-			}
 			if woke > 0 && iw.word.Load()/waiterUnit < inlineCrowd {
 				return true
 			}
-			if n < len(p.events) {
-				p.st.inc(cBlockingWaits)
-				parked = true
+			if !s.next(n, woke) {
 				return false
 			}
 		}

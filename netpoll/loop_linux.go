@@ -14,8 +14,6 @@ import (
 //     onto the P of a thread that goes straight back into a blocking
 //     syscall: they run only once sysmon retakes that P or another thread
 //     steals them, a cross-core wakeup each time.
-//   - WaitYield yields the P after each batch, but when events stop it
-//     still blocks a thread holding its P.
 //   - WaitNested parks the epoll fd in the runtime's netpoller, so the
 //     thread the kernel wakes runs the poller and then, on the same P, the
 //     goroutines it readied; no thread is dedicated to the poller. It is
@@ -26,35 +24,101 @@ import (
 //     poller's goroutine runs only to watch for operations with deadlines
 //     or left unwatched (inline_linux.go).
 //
+// Every loop, and each WaitInline holder in turn, polls through one
+// pollStep: poll, count the wakeup, go on after a full batch, ask the spin
+// policy, count the block. A loop only says what ends it early (the stop
+// eventfd, its own token) and how it blocks (epoll_wait(-1), or returning
+// false to RawConn.Read).
+//
 // What each costs is measured in the recorded runs, not here: testdata/core/
 // (in-process echo under each Wait, the choice of WaitNested) and
 // testdata/default/ (cmd/netpollbench: netpoll's default against package
 // net, with the machine's calibration); testdata/README.md gives their
-// commands and machines.
+// commands and machines. (WaitYield, a goroutine that yielded its P after
+// each batch and blocked its thread in epoll_wait(-1) when events stopped,
+// was removed: no configuration netpollbench runs used it.)
 
-// runBlocking is the loop of WaitBlock and WaitYield: epoll_wait(-1), and in
-// between, while events keep coming (yield) or within the spin budget,
-// epoll_wait(0) with the P yielded between polls.
-func (p *poller) runBlocking(yield bool) {
+// pollStep is what one wait loop keeps between its polls. Only the loop's
+// goroutine (for a WaitInline holder: the holder of the role, which the
+// role word passes from one to the next) touches it.
+type pollStep struct {
+	p *poller
+	// spins: the loop may spin (chooseSpin). WaitInline's loop goroutine
+	// never does: it runs only while no operation holds the role, and
+	// leaves after a poll that woke one.
+	spins  bool
+	parked bool // the loop blocked since its last poll: the next poll ends a wakeup
+	spun   bool // the loop yielded to spin since its last poll: events there are a spin hit
+}
+
+// poll makes one epoll_wait with timeout msec (-1 blocks) and dispatches
+// its events, counting a wakeup when the loop had blocked and a spin hit
+// when it had spun.
+func (s *pollStep) poll(msec int) (n, woke int, stop bool) {
+	p := s.p
+	n, woke, stop = p.poll(msec)
+	if s.spun && n > 0 {
+		p.st.inc(cSpinHits)
+	}
+	s.spun = false
+	if s.parked {
+		s.parked = false
+		p.st.inc(cWakeups)
+		if woke == 0 {
+			p.st.inc(cEmptyWakeups)
+		}
+	}
+	return n, woke, stop
+}
+
+// next decides, after a poll that returned n events of which woke woke an
+// operation, whether the loop polls again at once (true: the batch was
+// full, or the spin policy spins, after the P was yielded so that the
+// goroutines just woken run first) or blocks (false, counted).
+func (s *pollStep) next(n, woke int) bool {
+	p := s.p
+	if n == len(p.events) {
+		return true // more may be pending
+	}
+	if s.spins && p.chooseSpin(p.freshEvents(n, woke)) {
+		runtime.Gosched()
+		s.spun = true
+		return true
+	}
+	s.block()
+	return false
+}
+
+// block counts a blocking wait the loop is about to make.
+func (s *pollStep) block() {
+	s.p.st.inc(cBlockingWaits)
+	s.parked = true
+}
+
+// leave tells the spin policy about a poll with events after which the
+// loop returns instead of asking next: a WaitInline holder whose own token
+// came. The policy learns that an idle period ended; its "poll again" is
+// the poll the next holder makes as it takes the role.
+func (s *pollStep) leave(n, woke int) {
+	if p := s.p; s.spins && n > 0 && p.auto != nil {
+		p.auto.next(p.freshEvents(n, woke), monoNow(), &p.st)
+	}
+}
+
+// runBlocking is the loop of WaitBlock: epoll_wait(-1), and, while the
+// spin budget says so, epoll_wait(0) with the P yielded between polls.
+func (p *poller) runBlocking() {
+	s := pollStep{p: p, spins: true}
+	s.block()
+	msec := -1
 	for {
-		p.st.inc(cBlockingWaits)
-		n, woke, stop := p.poll(-1)
+		n, woke, stop := s.poll(msec)
 		if stop {
 			return
 		}
-		p.countWakeup(woke)
-		for {
-			spin := p.chooseSpin(p.freshEvents(n, woke))
-			if !spin && !(yield && n > 0) {
-				break
-			}
-			runtime.Gosched() // let the goroutines just woken run on this P
-			if n, woke, stop = p.poll(0); stop {
-				return
-			}
-			if spin && n > 0 {
-				p.st.inc(cSpinHits)
-			}
+		msec = -1
+		if s.next(n, woke) {
+			msec = 0
 		}
 	}
 }
@@ -69,52 +133,26 @@ func (p *poller) runNested(f *os.File) {
 	if err != nil {
 		panic("netpoll: SyscallConn of an os.File failed: " + err.Error())
 	}
-	stopped, parked, spun := false, false, false
+	s := pollStep{p: p, spins: true}
+	stopped := false
 	// RawConn.Read calls the function until it returns true, parking on the
 	// runtime's netpoller (edge-triggered on our epoll fd) in between. An
 	// edge after our epoll_wait(0) found the ready list empty makes the
 	// runtime wake us, so returning false with nothing pending loses nothing.
 	err = rc.Read(func(uintptr) bool {
-		first := parked
-		parked = false
 		for {
-			n, woke, stop := p.poll(0)
+			n, woke, stop := s.poll(0)
 			if stop {
 				stopped = true
 				return true
 			}
-			if spun && n > 0 {
-				p.st.inc(cSpinHits)
+			if !s.next(n, woke) {
+				return false
 			}
-			spun = false
-			if first {
-				p.countWakeup(woke)
-				first = false
-			}
-			if n == len(p.events) {
-				continue // more may be pending
-			}
-			if p.chooseSpin(p.freshEvents(n, woke)) {
-				runtime.Gosched()
-				spun = true
-				continue
-			}
-			p.st.inc(cBlockingWaits)
-			parked = true
-			return false
 		}
 	})
 	if err != nil || !stopped {
 		panic("netpoll: nested poller stopped without being asked: " + errString(err))
-	}
-}
-
-// countWakeup counts a blocking wait that returned, whose first poll woke
-// woke goroutines.
-func (p *poller) countWakeup(woke int) {
-	p.st.inc(cWakeups)
-	if woke == 0 {
-		p.st.inc(cEmptyWakeups)
 	}
 }
 
@@ -135,7 +173,7 @@ func (p *poller) freshEvents(n, woke int) int {
 // chooseSpin decides, after a poll that returned n events, whether the loop
 // should poll again without blocking: Spin < 0 always, Spin > 0 until Spin
 // has passed since events were last seen, SpinAuto as autoSpin.next
-// decides. It counts the spin poll to come.
+// decides. It counts the spin poll to come. Only pollStep.next calls it.
 func (p *poller) chooseSpin(n int) bool {
 	if p.auto != nil {
 		if !p.auto.next(n, monoNow(), &p.st) {

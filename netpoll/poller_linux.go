@@ -136,7 +136,6 @@ func newPoller(id int, cfg Config) (_ *poller, err error) {
 		if p.inline, err = newInlineWait(p); err != nil {
 			return nil, err
 		}
-		p.inline.auto = p.auto
 	}
 	return p, nil
 }
@@ -145,8 +144,10 @@ func newPoller(id int, cfg Config) (_ *poller, err error) {
 // pollers (SpinAuto's measurement of W).
 func (p *poller) closeFDs() {
 	if p.auto != nil {
+		// p.auto itself stays: a WaitInline holder woken by Group.Close
+		// may still be finishing its step (holderStep) when the loop
+		// goroutine has stopped.
 		releaseWake()
-		p.auto = nil
 	}
 	if p.inline != nil {
 		p.inline.close()
@@ -189,9 +190,7 @@ func (p *poller) start() error {
 		case WaitBlock:
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
-			p.runBlocking(false)
-		case WaitYield:
-			p.runBlocking(true)
+			p.runBlocking()
 		}
 	}()
 	return nil

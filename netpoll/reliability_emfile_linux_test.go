@@ -27,7 +27,7 @@ func TestFaultAcceptOutOfFDs(t *testing.T) {
 	}
 	var cases []tc
 	for _, mode := range modes {
-		for _, wait := range []netpoll.Wait{netpoll.WaitNested, netpoll.WaitBlock, netpoll.WaitYield} {
+		for _, wait := range []netpoll.Wait{netpoll.WaitNested, netpoll.WaitBlock} {
 			cases = append(cases, tc{fmt.Sprintf("mode=%s/wait=%s", mode, wait), netpoll.Config{Mode: mode, Wait: wait}})
 		}
 	}

@@ -50,7 +50,7 @@ func TestNewRejectsOutOfRange(t *testing.T) {
 		{Pollers: netpoll.MaxPollers},
 		{Spin: math.MinInt64},
 		{Spin: math.MaxInt64},
-		{Mode: netpoll.LevelTriggered, Sharing: netpoll.ReusePort, Wait: netpoll.WaitYield},
+		{Mode: netpoll.LevelTriggered, Sharing: netpoll.ReusePort, Wait: netpoll.WaitInline},
 	} {
 		if _, err := netpoll.ParseConfig(cfg.String()); err != nil {
 			t.Errorf("ParseConfig(%q) of a valid Config: %v", cfg.String(), err)

@@ -241,7 +241,7 @@ func TestSpinBudget(t *testing.T) {
 // connections are closed and nobody waits.
 func TestSpinAuto(t *testing.T) {
 	defer netpoll.SetSpinCosts(500*time.Microsecond, 500*time.Microsecond)()
-	for _, wait := range []netpoll.Wait{netpoll.WaitNested, netpoll.WaitBlock, netpoll.WaitYield, netpoll.WaitInline} {
+	for _, wait := range []netpoll.Wait{netpoll.WaitNested, netpoll.WaitBlock, netpoll.WaitInline} {
 		t.Run("wait="+wait.String(), func(t *testing.T) {
 			g := newGroup(t, netpoll.Config{SpinPolicy: netpoll.SpinAuto, Wait: wait})
 			var client, server net.Conn
@@ -452,7 +452,7 @@ func TestExclusiveNeedsSleepingPollers(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Key != "sharing" || !strings.Contains(ce.Reason, "epoll_wait") {
 		t.Fatalf("New(exclusive, nested) = %v; want a *ConfigError for sharing explaining epoll_wait", err)
 	}
-	for _, w := range []netpoll.Wait{netpoll.WaitDefault, netpoll.WaitBlock, netpoll.WaitYield} {
+	for _, w := range []netpoll.Wait{netpoll.WaitDefault, netpoll.WaitBlock} {
 		g, err := netpoll.New(netpoll.Config{Pollers: 4, Sharing: netpoll.Exclusive, Wait: w})
 		if err != nil {
 			t.Fatalf("New(exclusive, wait=%s): %v", w, err)

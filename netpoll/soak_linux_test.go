@@ -95,7 +95,7 @@ func TestSoak(t *testing.T) {
 		for _, sh := range sharings {
 			waits := nestedWaits
 			if sh == netpoll.Exclusive {
-				waits = []netpoll.Wait{netpoll.WaitBlock, netpoll.WaitYield} // New refuses exclusive with nested pollers
+				waits = []netpoll.Wait{netpoll.WaitBlock} // New refuses exclusive with nested pollers
 			}
 			for _, sp := range spins {
 				for _, wait := range waits {

@@ -25,7 +25,7 @@ func TestPingPongStress(t *testing.T) {
 		conns, rounds = 20, 200
 	}
 	for _, mode := range modes {
-		for _, wait := range []netpoll.Wait{netpoll.WaitNested, netpoll.WaitBlock, netpoll.WaitYield, netpoll.WaitInline} {
+		for _, wait := range []netpoll.Wait{netpoll.WaitNested, netpoll.WaitBlock, netpoll.WaitInline} {
 			t.Run(fmt.Sprintf("mode=%s/wait=%s", mode, wait), func(t *testing.T) {
 				g := newGroup(t, netpoll.Config{Mode: mode, Wait: wait})
 				pingPong(t, g, conns, rounds)
@@ -103,7 +103,7 @@ func pingPong(t *testing.T, g *netpoll.Group, conns, rounds int) {
 // operations blocked.
 func TestCloseLeavesNothing(t *testing.T) {
 	var cfgs []netpoll.Config
-	for _, wait := range []netpoll.Wait{netpoll.WaitNested, netpoll.WaitBlock, netpoll.WaitYield} {
+	for _, wait := range []netpoll.Wait{netpoll.WaitNested, netpoll.WaitBlock} {
 		for _, sh := range []netpoll.Sharing{netpoll.Single, netpoll.Exclusive, netpoll.WakeAll, netpoll.ReusePort} {
 			if sh == netpoll.Exclusive && wait == netpoll.WaitNested {
 				continue // refused by New
