@@ -21,14 +21,14 @@ func TestDescModelCatchesBrokenMachines(t *testing.T) {
 	// still give back its share of SpinAuto's wakeup measurement, whose
 	// refresher would otherwise open pipes each second for the rest of
 	// the process (TestSoak counted them as leaked fds).
-	wake.mu.Lock()
-	users := wake.users
-	wake.mu.Unlock()
+	wakeMeter.mu.Lock()
+	users := wakeMeter.users
+	wakeMeter.mu.Unlock()
 	defer func() {
-		wake.mu.Lock()
-		defer wake.mu.Unlock()
-		if wake.users != users {
-			t.Errorf("%d SpinAuto users of the wakeup measurement after the mutants ran, %d before", wake.users, users)
+		wakeMeter.mu.Lock()
+		defer wakeMeter.mu.Unlock()
+		if wakeMeter.users != users {
+			t.Errorf("%d SpinAuto users of the wakeup measurement after the mutants ran, %d before", wakeMeter.users, users)
 		}
 	}()
 	// closeWaking is desc.close with wake in place of its nudges.

@@ -1,12 +1,7 @@
 package netpoll
 
 import (
-	"fmt"
-	"os"
-	"runtime"
 	"slices"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -125,154 +120,6 @@ const (
 	autoSpinOne        = 256
 )
 
-// wakeRefresh is how often W is measured again while a SpinAuto poller
-// runs: the host's speed changes under a virtual machine within seconds
-// (a wakeup round trip was seen to go from 11 to 44µs in one run), and a
-// budget measured once would stop fitting the gaps it must catch.
-const wakeRefresh = time.Second
-
-// wake keeps W current for SpinAuto pollers: measured when the first one
-// starts, then every wakeRefresh by one goroutine while any runs.
-var wake struct {
-	mu    sync.Mutex    // guards users, stop and done; the lock order is mu, then nothing
-	users int           // SpinAuto pollers running
-	stop  chan struct{} // closed to stop the refresher
-	done  chan struct{} // closed by the refresher when it returns
-	w     atomic.Int64  // W in nanoseconds; written under mu or by the refresher
-}
-
-// wakeTraffic is set by a SpinAuto poller whose idle period an event ends,
-// and cleared by the refresher at each tick, so that W is measured only
-// while there is traffic. Pollers only read it until they must set it: one
-// write per tick, not one per event, on a line all pollers share.
-var wakeTraffic atomic.Bool
-
-// wakeCostOverride and blockCostOverride, set by tests, replace the
-// measured W and C.
-var wakeCostOverride, blockCostOverride atomic.Int64
-
-// acquireWake measures W if no SpinAuto poller runs yet and starts the
-// refresher; releaseWake undoes one acquireWake.
-func acquireWake() error {
-	wake.mu.Lock()
-	defer wake.mu.Unlock()
-	if wake.users == 0 {
-		w, err := measureWakeRoundTrip(8, 32)
-		if err != nil {
-			return err
-		}
-		wake.w.Store(int64(w))
-		refreshQuota()
-		wake.stop, wake.done = make(chan struct{}), make(chan struct{})
-		go refreshWake(wake.stop, wake.done)
-	}
-	wake.users++
-	return nil
-}
-
-func releaseWake() {
-	wake.mu.Lock()
-	defer wake.mu.Unlock()
-	if wake.users--; wake.users == 0 {
-		close(wake.stop)
-		<-wake.done
-	}
-}
-
-// refreshWake measures W again every wakeRefresh until stop is closed,
-// except when no SpinAuto poller has seen an event since the last tick, and
-// while one spins: with GOMAXPROCS=1 the spinner stays
-// runnable, so the runtime's own netpoller runs only from sysmon and the
-// round trip measures that instead. A failed measurement (out of fds, say)
-// keeps the last W.
-func refreshWake(stop, done chan struct{}) {
-	defer close(done)
-	t := time.NewTicker(wakeRefresh)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			if !wakeTraffic.Swap(false) {
-				continue // no traffic: nothing to spin for, and an idle server stays idle
-			}
-			refreshQuota() // a container's limit can change while it runs
-			if spinners.Load() > 0 {
-				continue // a spinning poller holds up the round trip: measured 100-240µs
-			}
-			if w, err := measureWakeRoundTrip(2, 8); err == nil {
-				wake.w.Store(int64(w))
-			}
-		}
-	}
-}
-
-// wakeCost returns the current W.
-func wakeCost() time.Duration {
-	if d := wakeCostOverride.Load(); d != 0 {
-		return time.Duration(d)
-	}
-	return time.Duration(wake.w.Load())
-}
-
-// measureWakeRoundTrip times rounds round trips (after warm ones) of a byte
-// sent over one pipe and echoed back over another by a second goroutine,
-// and returns the lower quartile: what a round trip costs with little in
-// its way, so that goroutines queued ahead on a busy P inflate it less.
-// Both ends park in the runtime's netpoller, so a round trip is two
-// blocks and two wakeups as the scheduler delivers them
-// here: through the kernel when another P sleeps (GOMAXPROCS > 1), through
-// the scheduler's own poll when the only P switches goroutines.
-func measureWakeRoundTrip(warm, rounds int) (time.Duration, error) {
-	r1, w1, err := os.Pipe()
-	if err != nil {
-		return 0, fmt.Errorf("netpoll: measuring the wakeup cost for SpinAuto: %w", err)
-	}
-	defer r1.Close()
-	r2, w2, err := os.Pipe()
-	if err != nil {
-		w1.Close()
-		return 0, fmt.Errorf("netpoll: measuring the wakeup cost for SpinAuto: %w", err)
-	}
-	defer r2.Close()
-	echoed := make(chan struct{})
-	go func() {
-		defer close(echoed)
-		defer w2.Close()
-		var b [1]byte
-		for {
-			if _, err := r1.Read(b[:]); err != nil {
-				return // EOF: w1 closed
-			}
-			if _, err := w2.Write(b[:]); err != nil {
-				return
-			}
-		}
-	}()
-	trips := make([]time.Duration, 0, rounds)
-	var b [1]byte
-	for i := range warm + rounds {
-		start := time.Now()
-		if _, err = w1.Write(b[:]); err == nil {
-			_, err = r2.Read(b[:])
-		}
-		if err != nil {
-			break
-		}
-		if i >= warm {
-			trips = append(trips, time.Since(start))
-		}
-	}
-	w1.Close()
-	<-echoed
-	if err != nil {
-		return 0, fmt.Errorf("netpoll: measuring the wakeup cost for SpinAuto: %w", err)
-	}
-	slices.Sort(trips)
-	return trips[len(trips)/4], nil
-}
-
 // autoBudget returns B for a wakeup cost w, a typical gap and the CPU a
 // blocked idle period costs (0 if not measured yet): twice the gap, at
 // least autoSpinK·w, but at most autoSpinCostK·blockCost (autoSpinK·w
@@ -292,47 +139,6 @@ func spinCap(w, blockCost time.Duration) time.Duration {
 	return autoSpinK * w
 }
 
-// spinners counts the SpinAuto pollers spinning now, process-wide.
-var spinners atomic.Int32
-
-// pollerActivity counts, process-wide, the spinning slots taken and, while
-// a SpinAuto poller times a blocked idle period (timing > 0), the polls of
-// SpinAuto pollers that returned events. A blocked idle period is a
-// sample of C only if no poller spun at its start and nothing but its own
-// end moved the count: C is read from the process CPU clock, so the CPU
-// another poller spends meanwhile, on its events or spinning, would count
-// as this block's. Measured with 8 nested pollers on one listener
-// (ReusePort), such samples read as much CPU as wall time (0.3 to 3.5ms)
-// against 15-25µs alone, which lifted every poller's budget to
-// autoSpinMax; each then spun for up to 1ms through gaps of 500µs that
-// went to another poller, and counted its blocked periods, shorter than
-// that budget, as hits that kept it spinning (TestAutoSpinSeveralPollers).
-// A poll with events reads timing, a line written once per timed period,
-// and writes pollerActivity only while a period is timed: one poll in
-// about autoSpinCostEvery idle periods, not every one.
-var pollerActivity atomic.Uint64
-
-// timing counts the SpinAuto pollers timing a blocked idle period now.
-// Invariant: a poller adds one when it starts timing (autoSpin.timing set)
-// and takes it back exactly once, when the period ends with events or the
-// poller releases its state (autoSpin.endTiming).
-var timing atomic.Int32
-
-// acquireSpinner takes one of the max(1, GOMAXPROCS-1) spinning slots.
-func acquireSpinner() bool {
-	limit := int32(max(1, runtime.GOMAXPROCS(0)-1))
-	for {
-		n := spinners.Load()
-		if n >= limit {
-			return false
-		}
-		if spinners.CompareAndSwap(n, n+1) {
-			pollerActivity.Add(1)
-			return true
-		}
-	}
-}
-
 // spinPhase is where an autoSpin poller is between polls.
 type spinPhase uint8
 
@@ -350,38 +156,39 @@ const (
 	phaseBlock
 )
 
-// autoSpin is one poller's SpinAuto state. Only the poller's loop goroutine
-// touches it; what Stats reads is in pollerCounters.
+// autoSpin is one poller's SpinAuto state. Only the goroutine polling for
+// the poller touches it: its loop goroutine, or under WaitInline the holder
+// of the role (inlineWait.held). What Stats reads is in pollerCounters.
 type autoSpin struct {
-	wake      func() time.Duration // W now (wakeCost)
-	cpu       func() time.Duration // the process CPU time (processCPU)
-	budget    time.Duration        // B, set at each event for the idle period to come
-	gap       time.Duration        // typical idle gap, a moving average
-	observed  bool                 // the current idle period has been observed
-	blocks    uint32               // idle periods blocked in since the last timed one
-	sample    bool                 // phaseBusy: block at the idle moment and time it
-	timing    bool                 // a sampled block is being timed: counted in the global timing
-	cpuStart  time.Duration        // process CPU time when the sampled block began
-	busyStart uint64               // pollerActivity when the sampled block began
-	blockCost costSamples          // process CPU used by sampled blocked periods
-	p         int32                // hit rate of a spin of B, in 1/autoSpinOne
-	spinning  bool                 // p reached 1/2 and has not fallen below 3/8 since
-	ps        int32                // hit rate of the spins themselves, in 1/autoSpinOne
-	sc        time.Duration        // the CPU a spin costs: its time, hit or miss, a long average (spinCost)
-	sh        int64                // the hit rate of spins, in 1/spinHitOne, averaged as sc is
-	probing   bool                 // the current spin is a probe
-	unpaid    bool                 // spins stopped paying (updatePays) and have not come back under 3/4 of the cap
-	cap       time.Duration        // spinCap at the latest event
-	probe     uint32               // idle moments decided while not spinning
-	phase     spinPhase
-	idleStart time.Duration // when the current idle period began (monoNow)
-	spinUntil time.Duration // end of the current spin (phaseSpin)
-	slot      bool          // holds a spinners slot
-	wantSlot  bool          // gave its slot up at leaveRole, to take one again at the idle moment
+	w           func() time.Duration // W now (wakeCost)
+	cpu         func() time.Duration // the process CPU time (processCPU)
+	budget      time.Duration        // B, set at each event for the idle period to come
+	gap         time.Duration        // typical idle gap, a moving average
+	observed    bool                 // the current idle period has been observed
+	blocks      uint32               // idle periods blocked in since the last timed one
+	sample      bool                 // phaseBusy: block at the idle moment and time it
+	timing      bool                 // a sampled block is being timed: counted in timedBlocks
+	cpuStart    time.Duration        // process CPU time when the sampled block began
+	busyStart   uint64               // pollerActivity when the sampled block began
+	blockCost   costSamples          // process CPU used by sampled blocked periods
+	hitRate     int32                // p: the hit rate of a spin of B, in 1/autoSpinOne
+	spinning    bool                 // p reached 1/2 and has not fallen below 3/8 since
+	spinHitRate int32                // ps: the hit rate of the spins themselves, in 1/autoSpinOne
+	sc          time.Duration        // the CPU a spin costs: its time, hit or miss, a long average (spinCost)
+	sh          int64                // the hit rate of spins, in 1/spinHitOne, averaged as sc is
+	probing     bool                 // the current spin is a probe
+	unpaid      bool                 // spins stopped paying (updatePays) and have not come back under 3/4 of the cap
+	cap         time.Duration        // spinCap at the latest event
+	probe       uint32               // idle moments decided while not spinning
+	phase       spinPhase
+	idleStart   time.Duration // when the current idle period began (monoNow)
+	spinUntil   time.Duration // end of the current spin (phaseSpin)
+	slot        bool          // holds a spinners slot
+	wantSlot    bool          // gave its slot up at leaveRole, to take one again at the idle moment
 }
 
-func newAutoSpin(wake func() time.Duration) *autoSpin {
-	return &autoSpin{wake: wake, cpu: processCPU, phase: phaseBlock, idleStart: monoNow(), ps: autoSpinOne / 2, sh: spinHitOne / 2}
+func newAutoSpin(w func() time.Duration) *autoSpin {
+	return &autoSpin{w: w, cpu: processCPU, phase: phaseBlock, idleStart: monoNow(), spinHitRate: autoSpinOne / 2, sh: spinHitOne / 2}
 }
 
 var monoEpoch = time.Now()
@@ -393,7 +200,7 @@ func monoNow() time.Duration { return time.Since(monoEpoch) }
 // whether the loop should yield and poll again (true) or block (false).
 func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 	if n > 0 {
-		if timing.Load() > 0 { // one of them may be this poller's own
+		if timedBlocks.Load() > 0 { // one of them may be this poller's own
 			pollerActivity.Add(1)
 		}
 		if a.phase != phaseBusy && !wakeTraffic.Load() {
@@ -403,7 +210,7 @@ func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 		switch a.phase {
 		case phaseSpin:
 			a.observe(true)
-			a.ps += (autoSpinOne - a.ps) / autoSpinWeight
+			a.spinHitRate += (autoSpinOne - a.spinHitRate) / autoSpinWeight
 			a.spinCost(gap, true)
 			a.observeGap(min(gap, autoSpinMax))
 			st.inc(cSpinFound)
@@ -417,7 +224,7 @@ func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 			}
 		}
 		if a.phase == phaseBlock && a.timing && a.cpuStart != 0 && pollerActivity.Load() == a.busyStart+1 {
-			if c := a.cpu() - a.cpuStart; cleanCost(c, gap, a.wake()) {
+			if c := a.cpu() - a.cpuStart; cleanCost(c, gap, a.w()) {
 				a.blockCost.add(c)
 				st.blockCost.Store(uint64(a.blockCost.med))
 			}
@@ -427,8 +234,8 @@ func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 		if c := blockCostOverride.Load(); c != 0 {
 			cost = time.Duration(c)
 		}
-		a.cap = spinCap(a.wake(), cost)
-		a.budget = autoBudget(a.wake(), a.gap, cost)
+		a.cap = spinCap(a.w(), cost)
+		a.budget = autoBudget(a.w(), a.gap, cost)
 		if b := uint64(a.budget); st.spinBudget.Load() != b {
 			st.spinBudget.Store(b) // for Stats; written by this loop only
 		}
@@ -461,7 +268,7 @@ func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 			a.block(now)
 			if spinners.Load() == 0 { // a spinning poller would count in the sample
 				a.timing = true
-				timing.Add(1) // before busyStart: every poll counted after it sees timing > 0
+				timedBlocks.Add(1) // before busyStart: every poll counted after it sees timedBlocks > 0
 				a.cpuStart, a.busyStart = a.cpu(), pollerActivity.Load()
 			}
 			return false
@@ -474,7 +281,7 @@ func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 			return true
 		}
 		a.observe(false)
-		a.ps -= a.ps / autoSpinWeight
+		a.spinHitRate -= a.spinHitRate / autoSpinWeight
 		a.spinCost(now-a.idleStart, false)
 		a.observeGap(2 * a.budget) // longer than B, by how much unknown
 		a.observed = true
@@ -494,12 +301,12 @@ func (a *autoSpin) wantSpin(now time.Duration, st *pollerCounters) bool {
 		return false
 	}
 	switch {
-	case a.p >= autoSpinOne/2:
+	case a.hitRate >= autoSpinOne/2:
 		a.spinning = true
-	case a.p < autoSpinOne*3/8:
+	case a.hitRate < autoSpinOne*3/8:
 		a.spinning = false
 	}
-	spin := a.spinning && a.ps >= autoSpinOne/4
+	spin := a.spinning && a.spinHitRate >= autoSpinOne/4
 	if spin && !a.updatePays() {
 		st.inc(cSpinUnpaid)
 		spin = false
@@ -633,7 +440,7 @@ func (a *autoSpin) observe(hit bool) {
 	if hit {
 		target = autoSpinOne
 	}
-	a.p += (target - a.p) / autoSpinWeight
+	a.hitRate += (target - a.hitRate) / autoSpinWeight
 }
 
 // release gives back the spinning slot, if held, and ends the timing of a
@@ -662,6 +469,6 @@ func (a *autoSpin) leaveRole() {
 func (a *autoSpin) endTiming() {
 	if a.timing {
 		a.timing = false
-		timing.Add(-1)
+		timedBlocks.Add(-1)
 	}
 }

@@ -185,8 +185,8 @@ func checkBound(t *testing.T, a *autoSpin, r simResult) {
 func TestAutoSpinFollowsTraffic(t *testing.T) {
 	a := newSimPolicy(t)
 	simulate(t, a, repeat(3*time.Microsecond, 500))
-	if a.p < autoSpinOne/2 {
-		t.Fatalf("p = %d/256 after back-to-back traffic, want >= 1/2", a.p)
+	if a.hitRate < autoSpinOne/2 {
+		t.Fatalf("p = %d/256 after back-to-back traffic, want >= 1/2", a.hitRate)
 	}
 	r := simulate(t, a, repeat(200*time.Microsecond, 800))
 	// From p near 1 to below 3/8 takes 8 misses at weight 1/8.
@@ -235,7 +235,7 @@ func TestAutoSpinStopsWhenIdle(t *testing.T) {
 // blocks instead, and it gets its slot back once one is free.
 func TestAutoSpinSlots(t *testing.T) {
 	a := newSimPolicy(t)
-	a.p = autoSpinOne
+	a.hitRate = autoSpinOne
 	taken := spinners.Swap(1 << 20)
 	var st pollerCounters
 	if a.next(1, 0, &st) && a.next(0, time.Microsecond, &st) {
@@ -362,7 +362,7 @@ func TestAutoSpinCleanCostSamples(t *testing.T) {
 				t.Errorf("B = %v with C unknown, want at most %v", a.budget, b)
 			}
 			a.release()
-			if n := timing.Load(); n != 0 {
+			if n := timedBlocks.Load(); n != 0 {
 				t.Errorf("%d pollers timing a blocked period after the only one released its state, want 0", n)
 			}
 		})
