@@ -13,20 +13,21 @@ import (
 // The wait state of one direction (read or write) of a descriptor, in the
 // spirit of the runtime's pdReady/pdWait. Who moves it:
 //
-//	idle    -> ready   the poller saw an edge (notify)
-//	idle    -> waiting the operation got EAGAIN and parks (awaitReady)
-//	ready   -> idle    the operation consumes the token and retries the syscall (awaitReady)
+//	empty   -> ready   the poller saw an edge (notify)
+//	empty   -> waiting the operation got EAGAIN and parks (awaitReady)
+//	ready   -> empty   the operation consumes the token and retries the syscall (awaitReady)
 //	waiting -> ready   the poller saw an edge, then sends the wake token (notify)
-//	waiting -> idle    Close or a deadline change, then sends the wake token (nudge);
+//	waiting -> empty   Close or a deadline change, then sends the wake token (nudge);
 //	                   or the parked operation itself when its timer fires (no token)
 //
 // A connection served on demand (Server, serve_linux.go) has a fourth state
-// in its read direction, in which no operation runs and no goroutine waits:
+// in its read direction, in which no operation runs and no goroutine waits
+// (the Server calls such a connection idle, StateIdle):
 //
-//	idle    -> serve   the handler's goroutine, after its handler returned and
+//	empty   -> serve   the handler's goroutine, after its handler returned and
 //	                   the socket was found empty (serverConn.handOff); it exits
 //	serve   -> ready   the poller saw an edge, then starts the handler (notify)
-//	serve   -> idle    Close, or a read deadline that passed (nudge, the idle
+//	serve   -> empty   Close, or a read deadline that passed (nudge, the idle
 //	                   timer), then starts the handler; or the handing-off
 //	                   goroutine itself, which then keeps the connection
 //
@@ -41,7 +42,7 @@ import (
 // returns EAGAIN.
 //
 // With short-read skipping (desc.skip, Config.ShortRead), a stream Read or
-// Write also moves ready -> idle just before its syscall (consume), and a
+// Write also moves ready -> empty just before its syscall (consume), and a
 // syscall that moved fewer bytes than asked marks the direction drained:
 // the next operation in it goes to awaitReady before any syscall, so it parks
 // unless an edge came since that consume. It is safe because the kernel
@@ -53,7 +54,7 @@ import (
 // announced by event bits the descriptor keeps (sticky) and that turn the
 // skip off. netpoll/DESIGN.md, "Short reads", has the kernel paths.
 const (
-	stIdle uint32 = iota
+	stEmpty uint32 = iota
 	stReady
 	stWaiting
 	stServe
@@ -61,7 +62,7 @@ const (
 
 // dir is one direction of a descriptor.
 type dir struct {
-	state atomic.Uint32 // stIdle, stReady, stWaiting or stServe
+	state atomic.Uint32 // stEmpty, stReady, stWaiting or stServe
 
 	// drained: the last syscall of a stream operation in this direction
 	// moved fewer bytes than asked (desc.skip only). Guarded by mu.
@@ -71,14 +72,14 @@ type dir struct {
 	// that (serve_linux.go). Guarded by mu.
 	ended bool
 
-	// wake carries the one token of the invariant above (capacity 1). The
+	// token carries the one token of the invariant above (capacity 1). The
 	// operation makes it before its first park, under mu and before it
 	// enters waiting; a waker reads it only after moving the direction
 	// out of waiting, so that move orders the two. It is kept for the
 	// connection's next parks, except by a hand-off to serve, which gives
-	// it back to wakePool (an idle connection holds none): it is empty
+	// it back to tokenPool (an idle connection holds none): it is empty
 	// then, because a park returns only after taking its token.
-	wake     chan struct{}
+	token    chan struct{}
 	deadline atomic.Int64 // unix nanoseconds; 0 means none
 
 	// mu serializes operations in this direction, so at most one goroutine
@@ -110,7 +111,7 @@ func (d *desc) notify(dr *dir) (woke bool) {
 // closing or its read deadline has passed, and otherwise sets the idle
 // timer to the deadline.
 func (d *desc) nudge(dr *dir) {
-	if dr.state.CompareAndSwap(stWaiting, stIdle) {
+	if dr.state.CompareAndSwap(stWaiting, stEmpty) {
 		d.send(dr)
 		return
 	}
@@ -122,7 +123,7 @@ func (d *desc) nudge(dr *dir) {
 // send gives the parked operation of dr its wake token.
 func (d *desc) send(dr *dir) {
 	select {
-	case dr.wake <- struct{}{}:
+	case dr.token <- struct{}{}:
 	default:
 		panic("netpoll: second wake token for one park (state machine invariant broken)")
 	}
@@ -318,24 +319,24 @@ func (d *desc) destroy() {
 	close(*d.done.Load()) // made before refClosing was set, and destroy comes after
 }
 
-// wakePool holds the wake channels of directions that gave theirs back
+// tokenPool holds the token channels of directions that gave theirs back
 // (hand-offs to serve), so that parking again allocates nothing.
-var wakePool = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
+var tokenPool = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
 
-// wakeChan makes sure dr has its wake channel; called with dr.mu held,
+// tokenChan makes sure dr has its token channel; called with dr.mu held,
 // before the direction enters waiting.
-func (dr *dir) wakeChan() {
-	if dr.wake == nil {
-		dr.wake = wakePool.Get().(chan struct{})
+func (dr *dir) tokenChan() {
+	if dr.token == nil {
+		dr.token = tokenPool.Get().(chan struct{})
 	}
 }
 
-// dropWake gives dr's wake channel back to wakePool; called with dr.mu
+// dropToken gives dr's token channel back to tokenPool; called with dr.mu
 // held and nobody parked, so the channel is empty and no waker holds it.
-func (dr *dir) dropWake() {
-	if dr.wake != nil {
-		wakePool.Put(dr.wake)
-		dr.wake = nil
+func (dr *dir) dropToken() {
+	if dr.token != nil {
+		tokenPool.Put(dr.token)
+		dr.token = nil
 	}
 }
 
@@ -351,7 +352,7 @@ var testHookBeforePark func(d *desc, dr *dir)
 // before it returned nil, rather than consuming an edge that was there.
 func (d *desc) awaitReady(dr *dir) (parked bool, err error) {
 	for {
-		if dr.state.CompareAndSwap(stReady, stIdle) {
+		if dr.state.CompareAndSwap(stReady, stEmpty) {
 			if !parked {
 				d.p.st.op(d.fd, cReadyTokens)
 			}
@@ -365,8 +366,8 @@ func (d *desc) awaitReady(dr *dir) (parked bool, err error) {
 		if h := testHookBeforePark; h != nil {
 			h(d, dr)
 		}
-		dr.wakeChan()
-		if !dr.state.CompareAndSwap(stIdle, stWaiting) {
+		dr.tokenChan()
+		if !dr.state.CompareAndSwap(stEmpty, stWaiting) {
 			continue // an edge arrived: consume it above
 		}
 		// From here on, notify, nudge and close each send one token.
@@ -393,8 +394,8 @@ func (d *desc) awaitReady(dr *dir) (parked bool, err error) {
 			parked = true
 		}
 		if err != nil || timedOut {
-			if !dr.state.CompareAndSwap(stWaiting, stIdle) {
-				<-dr.wake // someone else moved us out of waiting: take their token
+			if !dr.state.CompareAndSwap(stWaiting, stEmpty) {
+				<-dr.token // someone else moved us out of waiting: take their token
 			}
 			if err != nil {
 				return parked, err
@@ -411,7 +412,7 @@ func (d *desc) awaitReady(dr *dir) (parked bool, err error) {
 func (dr *dir) park() (timedOut bool) {
 	dl := dr.deadline.Load()
 	if dl == 0 {
-		<-dr.wake
+		<-dr.token
 		return false
 	}
 	dur := time.Duration(dl - time.Now().UnixNano())
@@ -421,7 +422,7 @@ func (dr *dir) park() (timedOut bool) {
 		dr.timer.Reset(dur)
 	}
 	select {
-	case <-dr.wake:
+	case <-dr.token:
 		dr.timer.Stop()
 		return false
 	case <-dr.timer.C:
@@ -532,10 +533,10 @@ func (d *desc) exposeRaw() {
 }
 
 // consume drops a ready edge before a syscall that will see whatever the
-// edge announced. Only the operation (under mu) moves ready to idle.
+// edge announced. Only the operation (under mu) moves ready to empty.
 func (dr *dir) consume() {
 	if dr.state.Load() == stReady {
-		dr.state.CompareAndSwap(stReady, stIdle)
+		dr.state.CompareAndSwap(stReady, stEmpty)
 	}
 }
 

@@ -606,7 +606,7 @@ wait:
 	}
 	switch got {
 	case opAtSyscall, opAtHook:
-		want := uint32(stIdle)
+		want := uint32(stEmpty)
 		if got == opAtSyscall && md.ready[md.idx(md.dr)] {
 			want = stReady
 		}
@@ -640,7 +640,7 @@ func (md *descModel) checkIdle(dr *dir, want uint32) error {
 // nobody is parked, so a token would be a wake for no park.
 func (md *descModel) checkTokens() error {
 	for i, dr := range []*dir{&md.d.rd, &md.d.wr} {
-		if n := len(dr.wake); n != 0 {
+		if n := len(dr.token); n != 0 {
 			return fmt.Errorf("direction %d holds %d wake token(s) with nobody parked", i, n)
 		}
 	}

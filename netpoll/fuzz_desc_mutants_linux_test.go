@@ -60,7 +60,7 @@ func TestDescModelCatchesBrokenMachines(t *testing.T) {
 	}
 	broken := []descMachine{
 		{name: "notify sends a second token for one park", notify: func(d *desc, dr *dir) bool {
-			if dr.state.Swap(stReady) == stIdle {
+			if dr.state.Swap(stReady) == stEmpty {
 				return false
 			}
 			d.send(dr)
@@ -85,9 +85,9 @@ func TestDescModelCatchesBrokenMachines(t *testing.T) {
 		}},
 		{name: "setDeadline sends a token without a park", setDeadline: func(d *desc, dr *dir, t time.Time) {
 			storeDeadline(d, dr, t)
-			dr.state.Store(stIdle)
+			dr.state.Store(stEmpty)
 			select {
-			case dr.wake <- struct{}{}:
+			case dr.token <- struct{}{}:
 			default:
 			}
 		}},
@@ -106,13 +106,13 @@ func TestDescModelCatchesBrokenMachines(t *testing.T) {
 			if dr.state.Swap(stReady) != stWaiting {
 				return false
 			}
-			dr.wake <- struct{}{} // dir.send without kickIfHolder
+			dr.token <- struct{}{} // dir.send without kickIfHolder
 			return true
 		}},
 		{name: "inline: close wakes the parked without a kick", inline: true, close: func(d *desc) error {
 			return closeWaking(d, func(d *desc, dr *dir) {
-				if dr.state.CompareAndSwap(stWaiting, stIdle) {
-					dr.wake <- struct{}{} // dir.nudge without kickIfHolder
+				if dr.state.CompareAndSwap(stWaiting, stEmpty) {
+					dr.token <- struct{}{} // dir.nudge without kickIfHolder
 				}
 			})
 		}},

@@ -40,7 +40,7 @@ func TestServeModelCatchesBrokenMachines(t *testing.T) {
 			notify: (*desc).notify, close: (*desc).close, check: realServe.check,
 			window: func(dr *dir, at string) {
 				if at == "before-serve" {
-					dr.state.CompareAndSwap(stReady, stIdle)
+					dr.state.CompareAndSwap(stReady, stEmpty)
 				}
 			}}, "stranded"},
 		{serveMachine{name: "a hand-off that skips the socket check", skip: false,
@@ -48,7 +48,7 @@ func TestServeModelCatchesBrokenMachines(t *testing.T) {
 		{serveMachine{name: "a Close that starts the handler whatever the state (a readiness and a Close both start one)", skip: true,
 			notify: (*desc).notify, check: realServe.check,
 			close: closeWith(func(d *desc, dr *dir) {
-				if dr.state.Swap(stIdle) != stWaiting {
+				if dr.state.Swap(stEmpty) != stWaiting {
 					d.srv.start(false)
 				} else {
 					d.send(dr)
@@ -70,7 +70,7 @@ func TestServeModelCatchesBrokenMachines(t *testing.T) {
 		{serveMachine{name: "a Close that ends the idle wait without starting anyone (the connection leaks)", skip: true,
 			notify: (*desc).notify, check: realServe.check,
 			close: closeWith(func(d *desc, dr *dir) {
-				if !dr.state.CompareAndSwap(stServe, stIdle) {
+				if !dr.state.CompareAndSwap(stServe, stEmpty) {
 					d.nudge(dr)
 				}
 			})}, "Close never finished"},

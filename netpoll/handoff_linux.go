@@ -69,7 +69,7 @@ func (sc *serverConn) handOff(returned bool) (idle bool, err error) {
 	}
 	// Drained, and no edge since: nothing to ask the socket. An edge
 	// since may be for data the drained Read already took: ask.
-	ask := !(d.skip && dr.drained && d.sticky.Load() == 0 && dr.state.Load() == stIdle)
+	ask := !(d.skip && dr.drained && d.sticky.Load() == 0 && dr.state.Load() == stEmpty)
 	dr.drained = false
 	for {
 		if ask {
@@ -85,7 +85,7 @@ func (sc *serverConn) handOff(returned bool) (idle bool, err error) {
 		if h := testHookHandOff.Load(); h != nil {
 			(*h)(sc, hookBeforeServe)
 		}
-		if dr.state.CompareAndSwap(stIdle, stServe) {
+		if dr.state.CompareAndSwap(stEmpty, stServe) {
 			break
 		}
 		ask = true // an edge since the check, perhaps for nothing new: ask again
@@ -102,16 +102,16 @@ func (sc *serverConn) handOff(returned bool) (idle bool, err error) {
 			sc.armTimer()
 			// Nobody is parked in either direction's channel now (a
 			// writer that is keeps its own).
-			dr.dropWake()
+			dr.dropToken()
 			if d.wr.mu.TryLock() {
-				d.wr.dropWake()
+				d.wr.dropToken()
 				d.wr.mu.Unlock()
 			}
 			st.handOffs.Add(1)
 			return true, nil
 		}
 	}
-	if !dr.state.CompareAndSwap(stServe, stIdle) {
+	if !dr.state.CompareAndSwap(stServe, stEmpty) {
 		return true, nil // another took it out and starts the handler
 	}
 	// Ours again.
@@ -137,7 +137,7 @@ func (sc *serverConn) recheck() {
 	d := sc.desc()
 	dr := &d.rd
 	if d.closing() || dr.expired() {
-		if dr.state.CompareAndSwap(stServe, stIdle) {
+		if dr.state.CompareAndSwap(stServe, stEmpty) {
 			sc.start(false)
 		}
 		return
@@ -152,13 +152,13 @@ func (sc *serverConn) recheck() {
 // nothing. A connection that never idles with a deadline has no timer.
 func (sc *serverConn) armTimer() {
 	dl := sc.desc().rd.deadline.Load()
-	it := sc.idle.Load()
+	it := sc.timer.Load()
 	if it == nil {
 		if dl == 0 {
 			return
 		}
-		sc.idle.CompareAndSwap(nil, new(idleTimer)) // or another caller made it
-		it = sc.idle.Load()
+		sc.timer.CompareAndSwap(nil, new(idleTimer)) // or another caller made it
+		it = sc.timer.Load()
 	}
 	it.mu.Lock()
 	defer it.mu.Unlock()
@@ -179,14 +179,14 @@ func (sc *serverConn) armTimer() {
 // then serves the connection.
 func (sc *serverConn) expire() {
 	dr := &sc.desc().rd
-	if dr.expired() && dr.state.CompareAndSwap(stServe, stIdle) {
+	if dr.expired() && dr.state.CompareAndSwap(stServe, stEmpty) {
 		sc.run(false)
 	}
 }
 
 // stopTimer releases the idle timer of a finished connection.
 func (sc *serverConn) stopTimer() {
-	if it := sc.idle.Load(); it != nil {
+	if it := sc.timer.Load(); it != nil {
 		it.mu.Lock()
 		defer it.mu.Unlock()
 		if it.t != nil {

@@ -238,7 +238,7 @@ func (iw *inlineWait) holderStep(uintptr) bool {
 		iw.polling.Store(false)
 		done := false
 		select {
-		case <-dr.wake:
+		case <-dr.token:
 			done = true
 		default:
 			if woke > 0 {

@@ -29,7 +29,7 @@ type serverConn struct {
 
 	prev, next *serverConn // Server.head's list; guarded by s.mu
 
-	idle atomic.Pointer[idleTimer] // made the first time it idles with a read deadline
+	timer atomic.Pointer[idleTimer] // the idle timer, made the first time it idles with a read deadline
 }
 
 // idleTimer is the timer of an idle connection's read deadline (expire).
