@@ -24,6 +24,7 @@ import (
 // the child does with its value. A role returns once its stdin closes.
 var childRoles = map[string]func(arg string) error{
 	idleClientsEnv: holdIdleClients,
+	dialClientsEnv: churnClients,
 }
 
 // TestMain runs the test binary as one of childRoles when the environment
