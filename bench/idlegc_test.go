@@ -1,23 +1,16 @@
 package bench
 
 import (
-	"bufio"
 	"context"
-	"fmt"
 	"io"
 	"net"
-	"os"
-	"os/exec"
 	"runtime"
 	"runtime/metrics"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/edgepoll/edgepoll/netpoll"
 )
@@ -39,13 +32,9 @@ import (
 //
 //	go test -run '^$' -bench IdleGC -benchtime 400000x -count 6 ./bench
 func BenchmarkIdleGC(b *testing.B) {
-	idle := 18000
-	if s := os.Getenv("NETPOLL_IDLE_CONNS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			b.Fatalf("NETPOLL_IDLE_CONNS=%q: %v", s, err)
-		}
-		idle = n
+	idle, err := idleConnCount(idleConns)
+	if err != nil {
+		b.Fatal(err)
 	}
 	for _, serve := range []string{"goroutine", "ondemand"} {
 		b.Run("serve="+serve+"/idle="+strconv.Itoa(idle), func(b *testing.B) {
@@ -155,115 +144,6 @@ func idleGC(b *testing.B, serve string, idle int) {
 	b.ReportMetric(100*gcCPU/cpu.Seconds(), "gc-cpu-%")
 	b.ReportMetric(float64(after.cycles-before.cycles)*1000/float64(b.N), "gc-cycles/1k-op")
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
-}
-
-// idleClientsEnv tells the test binary it runs as BenchmarkIdleGC's idle
-// clients: "port,count".
-const idleClientsEnv = "NETPOLL_IDLE_CLIENTS"
-
-// idleClients starts a child process (this test binary, holdIdleClients)
-// that opens n connections to port, each echoing one byte, and holds them
-// until the returned function ends it.
-func idleClients(b *testing.B, port, n int) (stop func()) {
-	if err := raiseNoFile(n + 200); err != nil {
-		b.Fatal(err)
-	}
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), idleClientsEnv+"="+strconv.Itoa(port)+","+strconv.Itoa(n))
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	stop = func() {
-		stdin.Close()
-		cmd.Wait()
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || line != "ready\n" {
-		stop()
-		b.Fatalf("idle clients: %q, %v", line, err)
-	}
-	return stop
-}
-
-// TestMain runs the test binary as BenchmarkIdleGC's idle clients when
-// idleClientsEnv says so, and as the tests otherwise.
-func TestMain(m *testing.M) {
-	if v := os.Getenv(idleClientsEnv); v != "" {
-		if err := holdIdleClients(v); err != nil {
-			fmt.Fprintln(os.Stderr, "idle clients:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
-
-// holdIdleClients is BenchmarkIdleGC's child process: it opens the
-// connections v ("port,count") asks for, says "ready", and holds them
-// until its stdin closes.
-func holdIdleClients(v string) error {
-	ps, ns, _ := strings.Cut(v, ",")
-	port, err1 := strconv.Atoi(ps)
-	n, err2 := strconv.Atoi(ns)
-	if err1 != nil || err2 != nil {
-		return fmt.Errorf("%s=%q", idleClientsEnv, v)
-	}
-	if err := raiseNoFile(n + 200); err != nil {
-		return err
-	}
-	sa := &unix.SockaddrInet4{Port: port, Addr: [4]byte{127, 0, 0, 1}}
-	fds := make([]int, 0, n)
-	defer func() {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-	}()
-	for range n {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return err
-		}
-		fds = append(fds, fd)
-		if err := unix.Connect(fd, sa); err != nil {
-			return err
-		}
-		var one [1]byte
-		if _, err := unix.Write(fd, one[:]); err != nil {
-			return err
-		}
-		if k, err := unix.Read(fd, one[:]); k != 1 || err != nil {
-			return fmt.Errorf("idle client's echo: %d, %v", k, err)
-		}
-	}
-	fmt.Println("ready")
-	_, err := io.Copy(io.Discard, os.Stdin)
-	return err
-}
-
-// raiseNoFile raises RLIMIT_NOFILE's soft limit to its hard limit, and
-// says so if that is below need.
-func raiseNoFile(need int) error {
-	var lim unix.Rlimit
-	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
-		return err
-	}
-	lim.Cur = lim.Max
-	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
-		return err
-	}
-	if int(lim.Cur) < need {
-		return fmt.Errorf("RLIMIT_NOFILE %d, below the %d fds wanted", lim.Cur, need)
-	}
-	return nil
 }
 
 type gcFigures struct {
