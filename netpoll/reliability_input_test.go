@@ -26,7 +26,7 @@ func TestNewRejectsOutOfRange(t *testing.T) {
 		{"mode just past lt", netpoll.Config{Mode: netpoll.LevelTriggered + 1}, "mode", "Mode(3)"},
 		{"mode max", netpoll.Config{Mode: math.MaxUint8}, "mode", "Mode(255)"},
 		{"sharing just past reuseport", netpoll.Config{Sharing: netpoll.ReusePort + 1}, "sharing", "Sharing(4)"},
-		{"wait just past inline", netpoll.Config{Wait: netpoll.WaitInline + 1}, "wait", "Wait(5)"},
+		{"wait just past inline", netpoll.Config{Wait: netpoll.WaitInline + 1}, "wait", "Wait(4)"},
 		{"pollers min int", netpoll.Config{Pollers: math.MinInt}, "pollers", "-9223372036854775808"},
 		{"pollers max int", netpoll.Config{Pollers: math.MaxInt}, "pollers", "9223372036854775807"},
 		{"busypoll negative", netpoll.Config{BusyPoll: -time.Microsecond}, "busypoll", "-1µs"},
