@@ -218,8 +218,12 @@ const stickyEvents = unix.EPOLLPRI | unix.EPOLLRDHUP | unix.EPOLLHUP | unix.EPOL
 
 // stickyRaw marks a descriptor whose fd user code has had (RawConn): it may
 // have set options that end reads early (SO_PASSCRED on a unix socket read
-// by Read, TCP_ULP), so the descriptor no longer skips. EPOLLET is never
-// reported as an event bit, so the bit is free.
+// by Read, TCP_ULP), so the descriptor no longer skips. A Conn accepted
+// from a listener whose socket user code has had gets it too, before it is
+// returned (Listener.inherit): accepted sockets inherit the listener's
+// options, SO_RCVLOWAT among them. DESIGN.md, "Options a listener passes
+// on", lists them. EPOLLET is never reported as an event bit, so the bit
+// is free.
 const stickyRaw uint32 = unix.EPOLLET
 
 // networks are the networks a Conn can be on (checkNetwork), by desc.net.

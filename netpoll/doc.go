@@ -230,7 +230,9 @@
 // credentials (MSG_CTRUNC) does not count as short, and unix writes never
 // skip. Code that has had the fd through SyscallConn (and may have set
 // SO_RCVLOWAT, TCP_ULP, SO_PASSCRED or read with MSG_OOB) turns the saving
-// off for that Conn too. Stats.ShortSkips counts the operations that went
+// off for that Conn too, and a Listener's SyscallConn or File turns it off
+// for the Conns accepted after it, which inherit the listener's options
+// (SO_RCVLOWAT among them). Stats.ShortSkips counts the operations that went
 // to wait without a syscall. netpoll/DESIGN.md lists the kernel paths, with
 // their lines, and the state machine; Read into memory that cannot be
 // faulted in (a foreign mmap) is not supported with the saving on.

@@ -41,6 +41,11 @@ type Listener struct {
 	closeOnce sync.Once
 	closed    chan struct{} // closed when Close begins: ends back-offs and hand-offs
 
+	// raw is set, for good, once user code has had a listening socket
+	// (SyscallConn, File): the connections accepted from then on skip no
+	// short reads. See Listener.exposeRaw (listener_raw_linux.go).
+	raw atomic.Bool
+
 	// deadline is Accept's deadline, one immutable value at a time:
 	// SetDeadline swaps in a new one and closes the old one's changed,
 	// which wakes whoever waits with the old value (a shared listener's
@@ -373,7 +378,7 @@ func (l *Listener) acceptOn(d *desc, p *poller, gate func() bool, timed bool) (*
 			if raw.Addr.Family == unix.AF_UNIX {
 				rsa, _ = unix.Getpeername(nfd) // rare: unnamed, mostly
 			}
-			return l.g.newConn(nfd, l.network, rawTCPAddr(&raw), rsa, p)
+			return l.inherit(l.g.newConn(nfd, l.network, rawTCPAddr(&raw), rsa, p))
 		case unix.ECONNABORTED:
 			continue
 		case unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM:

@@ -25,6 +25,11 @@ import (
 // a shared listener, and a raw reader would race them for its edges.
 //
 // After Close, each method fails with an error wrapping net.ErrClosed.
+//
+// Like a Conn's SyscallConn, Control, Read and Write turn short-read
+// skipping off, here for every connection accepted after they begin: an
+// accepted socket inherits options set on the listener (SO_RCVLOWAT among
+// them) that can end its reads early.
 func (l *Listener) SyscallConn() (syscall.RawConn, error) {
 	return rawListener{l}, nil
 }
@@ -50,6 +55,7 @@ func (rl rawListener) Control(f func(fd uintptr)) error {
 			d.decref()
 		}
 	}()
+	l.exposeRaw()
 	for _, d := range ds {
 		f(uintptr(d.fd))
 	}
@@ -71,6 +77,7 @@ func (rl rawListener) rawIO(op string, run func(syscall.RawConn) error) error {
 	if l.sharing != Single {
 		return l.opError(op, errRawShared)
 	}
+	l.exposeRaw()
 	if err := run(rawConn{d: l.ds[0]}); err != nil {
 		return l.opError(op, err)
 	}
@@ -89,6 +96,10 @@ func (rl rawListener) rawIO(op string, run func(syscall.RawConn) error) error {
 // an error wrapping ErrSharedListener: a dup of one socket would receive
 // only that socket's share of the connections. Exclusive and WakeAll share
 // one socket, which File copies.
+//
+// As SyscallConn's methods do, File turns short-read skipping off for every
+// connection accepted after it is called: options set through the file
+// reach them.
 func (l *Listener) File() (*os.File, error) {
 	if l.isClosed() {
 		return nil, l.opError("file", net.ErrClosed)
@@ -102,6 +113,7 @@ func (l *Listener) File() (*os.File, error) {
 		return nil, l.opError("file", err)
 	}
 	defer d.decref() // the fd stays open, and its number ours, through the dup
+	l.exposeRaw()
 	f, err := dupFile(d.fd, l.network+":"+l.addr.String()+"->")
 	if err != nil {
 		return nil, l.opError("file", err)
@@ -118,4 +130,48 @@ func (l *Listener) sockets() []*desc {
 		return l.ds[:1]
 	}
 	return l.ds
+}
+
+// Options set on a listening socket reach the connections accepted from it:
+// TCP copies the listener's whole sock into the child when the handshake
+// completes (sk_clone_lock, from inet_csk_clone_lock), a unix listener
+// hands its credential-passing flags to the socket connect queues (Linux
+// 6.16 on; accept did it before). Some of those options end reads early
+// with no edge to come, SO_RCVLOWAT first: below its mark the kernel posts
+// no EPOLLIN, yet a read returns the data (DESIGN.md, "Options a listener
+// passes on"). So once user code has had a listening socket, the Conns
+// accepted from it are marked as a Conn whose own fd user code had.
+//
+// Ordering: exposeRaw runs before user code gets the fd (before Control's
+// f, a raw Read's or Write's f, and File's dup), and inherit reads the flag
+// after accept4 returned. Every copy of the options is taken before accept4
+// returns, so a child that got an option set through the fd was accepted
+// after the flag was set, and is marked. A child accepted before is not,
+// and needs not be: its options were copied before f ran. One queued
+// before f ran and accepted after it is marked though it kept the old
+// options: skipping lost, nothing hung. The flag is the Listener's, so it
+// covers every registration (Exclusive, WakeAll) and every socket
+// (ReusePort).
+//
+// Where issue 33 adds a ListenConfig-style Control hook and a listener made
+// from an inherited fd (FileListener), both hand the socket to code
+// netpoll does not see before the first accept: Listen must call
+// l.exposeRaw before the hook runs, and a FileListener at once. A Dialer's
+// Control hook likewise calls exposeRaw on the dialed Conn's descriptor.
+
+// exposeRaw records, for good, that user code has had l's sockets.
+func (l *Listener) exposeRaw() {
+	if !l.raw.Load() {
+		l.raw.Store(true)
+	}
+}
+
+// inherit passes newConn's result through, turning skipping off for a
+// connection accepted after user code had the listener's sockets. The
+// Conn is not yet returned, so no operation has run on it.
+func (l *Listener) inherit(c *Conn, err error) (*Conn, error) {
+	if err == nil && l.raw.Load() {
+		c.d.exposeRaw() // after registration, which sets d.skip
+	}
+	return c, err
 }

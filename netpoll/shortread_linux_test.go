@@ -399,3 +399,182 @@ func TestShortWrite(t *testing.T) {
 		}
 	}
 }
+
+// TestShortReadListenerOptions sets SO_RCVLOWAT (64) on a listener, through
+// its SyscallConn's Control or Read or through its File, in each Sharing that
+// allows it and each Mode. An accepted socket inherits the mark, and below
+// it the kernel posts no EPOLLIN while a read returns the data: after a
+// short read (100 bytes into 4 KiB) and 10 more bytes, a Read that skipped
+// its syscall would park for good. The connection must not skip (no
+// ShortSkips, StickyRaw kept), and the Read returns the 10 bytes at once.
+// A listener whose raw surface was not used still skips (ShortSkips 1), so
+// the mark is not set for every listener.
+func TestShortReadListenerOptions(t *testing.T) {
+	const lowat = 64
+	setLowat := func(t *testing.T, fd uintptr) {
+		if err := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, lowat); err != nil {
+			t.Errorf("SO_RCVLOWAT on the listener: %v", err)
+		}
+	}
+	vias := []struct {
+		name  string
+		set   func(t *testing.T, l *netpoll.Listener) // nil: the plain listener
+		lowat int                                     // the accepted socket's SO_RCVLOWAT
+	}{
+		{"plain", nil, 1},
+		{"control", func(t *testing.T, l *netpoll.Listener) {
+			rc, err := l.SyscallConn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := rc.Control(func(fd uintptr) { setLowat(t, fd) }); err != nil {
+				t.Fatal(err)
+			}
+		}, lowat},
+		{"file", func(t *testing.T, l *netpoll.Listener) {
+			f, err := l.File()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			// The file's SyscallConn, not Fd: Fd would make the
+			// shared socket blocking for the listener too.
+			rc, err := f.SyscallConn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := rc.Control(func(fd uintptr) { setLowat(t, fd) }); err != nil {
+				t.Fatal(err)
+			}
+		}, lowat},
+		{"rawread", func(t *testing.T, l *netpoll.Listener) {
+			rc, err := l.SyscallConn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := rc.Read(func(fd uintptr) bool { setLowat(t, fd); return true }); err != nil {
+				t.Fatal(err)
+			}
+		}, lowat},
+	}
+	for _, sh := range []netpoll.Sharing{netpoll.Single, netpoll.Exclusive, netpoll.ReusePort} {
+		for _, mode := range modes {
+			for _, via := range vias {
+				if via.name == "file" && sh == netpoll.ReusePort {
+					continue // File refuses a listener of several sockets
+				}
+				if via.name == "rawread" && sh != netpoll.Single {
+					continue // a shared listener refuses raw Read
+				}
+				t.Run(fmt.Sprintf("sharing=%s/mode=%s/%s", sh, mode, via.name), func(t *testing.T) {
+					cfg := netpoll.Config{Mode: mode, Sharing: sh, ShortRead: netpoll.ShortReadOn}
+					if sh != netpoll.Single {
+						cfg.Pollers = 2
+					}
+					g := newGroup(t, cfg)
+					l := listen(t, g, "tcp").(*netpoll.Listener)
+					if via.set != nil {
+						via.set(t, l)
+					}
+					peer, server := stdPipe(t, l)
+					done, expired := watchdog(t, time.Minute)
+					defer done()
+					// On the fd directly: RawConn would turn skipping off.
+					if v, err := unix.GetsockoptInt(netpoll.FD(server), unix.SOL_SOCKET, unix.SO_RCVLOWAT); err != nil || v != via.lowat {
+						t.Fatalf("accepted SO_RCVLOWAT = %d, %v; want %d inherited", v, err, via.lowat)
+					}
+					shortReadBelowMark(t, g, mode, peer, server, expired)
+					wantSkips, wantRaw := uint64(1), false
+					if via.set != nil {
+						wantSkips, wantRaw = 0, true
+					}
+					if s := g.Stats().Total.ShortSkips; s != wantSkips {
+						t.Errorf("ShortSkips = %d, want %d", s, wantSkips)
+					}
+					if raw := netpoll.Sticky(server)&netpoll.StickyRaw != 0; raw != wantRaw {
+						t.Errorf("StickyRaw kept = %v, want %v (sticky %#x)", raw, wantRaw, netpoll.Sticky(server))
+					}
+				})
+			}
+		}
+	}
+}
+
+// shortReadBelowMark has the peer send 100 bytes, which the server reads
+// short into 4 KiB, then 10 more, and reads them: the second Read must
+// return the 10 bytes, with SO_RCVLOWAT above 10 as without.
+func shortReadBelowMark(t *testing.T, g *netpoll.Group, mode netpoll.Mode, peer, server net.Conn, expired <-chan struct{}) {
+	t.Helper()
+	write(t, peer, string(bytes.Repeat([]byte("a"), 100)))
+	if !await(expired, func() bool { return inq(t, server) == 100 }) {
+		t.Fatal("the server never had the 100 bytes queued")
+	}
+	// The edge delivered first, so the short read consumes it (OneShot
+	// registers disarmed: no edge until a park arms it).
+	if mode != netpoll.OneShot && !netpoll.AwaitReadState(server, "ready", expired) {
+		t.Fatal("the poller never delivered the edge")
+	}
+	b := make([]byte, 4096)
+	if n, err := server.Read(b); n != 100 || err != nil {
+		t.Fatalf("first Read = %d, %v; want the short 100", n, err)
+	}
+	write(t, peer, "0123456789")
+	if !await(expired, func() bool { return inq(t, server) == 10 }) {
+		t.Fatal("the server never had the 10 bytes queued")
+	}
+	// A Read that skipped its syscall would park for good: the deadline
+	// only turns that hang into a failure.
+	server.SetReadDeadline(time.Now().Add(10 * time.Second))
+	n, err := server.Read(b)
+	if errorsIs(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("second Read parked with 10 bytes queued below the mark (sticky %#x, stats %+v)", netpoll.Sticky(server), g.Stats().Total)
+	}
+	if n != 10 || err != nil || string(b[:n]) != "0123456789" {
+		t.Fatalf("second Read = %q, %v; want the 10 bytes", b[:n], err)
+	}
+}
+
+// TestShortReadListenerOptionsLater sets SO_RCVLOWAT on a listener between
+// two accepts. The kernel copies a listener's options into a connection
+// before accept4 returns it, so the first connection keeps the old mark
+// (1) and goes on skipping, while the second inherits the new one and does
+// not skip: the Listener's flag is set before user code runs and read after
+// accept4.
+func TestShortReadListenerOptionsLater(t *testing.T) {
+	g := newGroup(t, netpoll.Config{ShortRead: netpoll.ShortReadOn})
+	l := listen(t, g, "tcp").(*netpoll.Listener)
+	done, expired := watchdog(t, time.Minute)
+	defer done()
+	peer1, before := stdPipe(t, l)
+	rc, err := l.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, 64) }); err != nil || serr != nil {
+		t.Fatalf("Control: %v, SO_RCVLOWAT: %v", err, serr)
+	}
+	peer2, after := stdPipe(t, l)
+	for _, c := range []struct {
+		name       string
+		peer, conn net.Conn
+		lowat      int
+		skips      uint64 // ShortSkips added by its reads
+		raw        bool
+	}{
+		{"accepted before", peer1, before, 1, 1, false},
+		{"accepted after", peer2, after, 64, 0, true},
+	} {
+		if v, err := unix.GetsockoptInt(netpoll.FD(c.conn), unix.SOL_SOCKET, unix.SO_RCVLOWAT); err != nil || v != c.lowat {
+			t.Fatalf("%s: SO_RCVLOWAT = %d, %v; want %d", c.name, v, err, c.lowat)
+		}
+		skips := g.Stats().Total.ShortSkips
+		shortReadBelowMark(t, g, netpoll.EdgeTriggered, c.peer, c.conn, expired)
+		if got := g.Stats().Total.ShortSkips - skips; got != c.skips {
+			t.Errorf("%s: ShortSkips += %d, want %d", c.name, got, c.skips)
+		}
+		if raw := netpoll.Sticky(c.conn)&netpoll.StickyRaw != 0; raw != c.raw {
+			t.Errorf("%s: StickyRaw kept = %v, want %v", c.name, raw, c.raw)
+		}
+	}
+}
