@@ -37,8 +37,10 @@ func moduleRoot() (string, error) {
 // their paths. The C reference is dropped, with a message, when there is
 // no C compiler; every other failure is an error. http adds cmd/httpserver
 // (for each toolchain used). The runtime's configurations are built with
-// the patched toolchain in rtGoroot.
-func build(ctx context.Context, root, bin string, srvs []server, herd, http bool, rtGoroot string, stderr io.Writer) (map[string]string, []server, []string, error) {
+// the patched toolchain in rtGoroot, the before configurations' from
+// commit before, by the same Go release as the working tree's echoserver.
+func build(ctx context.Context, root, bin string, srvs []server, herd, http bool, rtGoroot string, before beforeCommit,
+	stderr io.Writer) (map[string]string, []server, []string, error) {
 	if err := os.MkdirAll(bin, 0o755); err != nil {
 		return nil, nil, nil, err
 	}
@@ -90,6 +92,17 @@ func build(ctx context.Context, root, bin string, srvs []server, herd, http bool
 		switch s.bin {
 		case "echoserver":
 			err = goBuild(root, "./cmd/echoserver", s.bin)
+		case beforeBin:
+			switch path := filepath.Join(bin, s.bin); {
+			case bins[s.bin] != "": // built for another before configuration
+			case before.rev == "":
+				err = errors.New(s.name + ": no -before commit to build it from")
+			default:
+				fmt.Fprintf(stderr, "netpollbench: building cmd/echoserver at %s\n", before)
+				if err = buildBefore(ctx, root, before, path); err == nil {
+					bins[s.bin] = path
+				}
+			}
 		case "echoserver-rt":
 			if rtGoroot == "" {
 				err = errors.New(s.name + ": the patched toolchain is not built (runtime_patch/build.sh)")
@@ -117,6 +130,11 @@ func build(ctx context.Context, root, bin string, srvs []server, herd, http bool
 			return nil, nil, nil, err
 		}
 		kept = append(kept, s)
+	}
+	if bins[beforeBin] != "" && bins["echoserver"] != "" {
+		if err := sameToolchain(bins[beforeBin], bins["echoserver"]); err != nil {
+			return nil, nil, nil, err
+		}
 	}
 	if len(kept) == 0 {
 		return nil, nil, nil, errors.New("no configuration left to run: " + strings.Join(skipped, "; "))

@@ -119,18 +119,24 @@ var (
 	fullConfigs    = []string{"net", "et", "oneshot", "lt", "spin", "auto", "gnet", "nbio", "cloudwego", "c"}
 )
 
-// pickServers resolves a comma-separated list of names.
+// pickServers resolves a comma-separated list of names; the before
+// configurations' labels lack their commit (bench adds it).
 func pickServers(names []string) ([]server, error) {
 	var out []server
 	all := append(slices.Clone(servers), runtimeServers...)
 	for _, n := range names {
+		if s, ok := pickBefore(n, all); ok {
+			out = append(out, s)
+			continue
+		}
 		i := slices.IndexFunc(all, func(s server) bool { return s.name == n })
 		if i < 0 {
 			var known []string
 			for _, s := range all {
 				known = append(known, s.name)
 			}
-			return nil, fmt.Errorf("unknown configuration %q: known are %s", n, strings.Join(known, ", "))
+			return nil, fmt.Errorf("unknown configuration %q: known are %s; with -before, before (%s) and before-NAME for NAME served by echoserver",
+				n, strings.Join(known, ", "), defaultCfg)
 		}
 		out = append(out, all[i])
 	}

@@ -34,7 +34,7 @@ func TestIdle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bins, srvs, skipped, err := build(ctx, root, t.TempDir(), srvs, false, false, "", io.Discard)
+	bins, srvs, skipped, err := build(ctx, root, t.TempDir(), srvs, false, false, "", beforeCommit{}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

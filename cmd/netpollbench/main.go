@@ -11,7 +11,9 @@
 // cloudwego/netpoll, a C epoll reference, the patched runtime's rows) runs
 // as a separate server process under cmd/loadgen, once per round, in a
 // random order within the round (-seed), so the host's drift between
-// rounds cancels in the within-round ratios.
+// rounds cancels in the within-round ratios. -before REF adds the default
+// served by cmd/echoserver built from the commit REF (before.go), paired
+// with the default in the same way: a change's cost, measured in one run.
 //
 // The verdict (paired.go, verdict.go) compares each configuration with net
 // and the best peer on each cell's measure: req/s where the server is the
@@ -24,6 +26,7 @@
 //	go run ./cmd/netpollbench              # about five minutes on 2 CPUs
 //	go run ./cmd/netpollbench -full        # the whole matrix
 //	go run ./cmd/netpollbench -compare out/OLD
+//	go run ./cmd/netpollbench -before HEAD~1 # the default beside itself built from the parent commit
 //	go run ./cmd/netpollbench -configs net,auto -conns 1 -http none -quota 0 -sweep=false -idle 0 -herd=false
 package main
 
@@ -80,6 +83,7 @@ type options struct {
 	compare       string
 	idle          int    // idle connections for the memory experiment; 0: off
 	rtGoroot      string // the patched toolchain, when the runtime's rows run
+	before        string // -before: the commit the before configurations are built from; "" for none
 	seed          uint64 // the order within rounds
 }
 
@@ -162,6 +166,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		", or none (default "+strings.Join(defaultHTTPConfigs, ",")+" and the runtime's rows of the run; -full: all of them among -configs)")
 	rt := fs.String("runtime", "auto", "rows for the patched runtime (runtime_patch/build.sh) under GODEBUG settings, package net's servers: auto (when the toolchain is built), on or off")
 	fs.IntVar(&o.idle, "idle", 10000, "idle connections held open to measure each server's resident memory per connection; 0 skips it")
+	fs.StringVar(&o.before, "before", "", "a git commit `REF`: also run the configuration before, "+defaultCfg+" served by cmd/echoserver built from REF, "+
+		"in the echo cells and the idle experiment, paired with "+defaultCfg+" within rounds (before-NAME in -configs serves echoserver's NAME so)")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the order within rounds (default: from the clock; raw.txt records it)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -191,6 +197,12 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		}
 	default:
 		return nil, fmt.Errorf("bad -runtime %q: want auto, on or off", *rt)
+	}
+	switch {
+	case o.before != "" && !slices.ContainsFunc(o.configs, isBefore):
+		o.configs = append(o.configs, "before")
+	case o.before == "" && slices.ContainsFunc(o.configs, isBefore):
+		return nil, fmt.Errorf("-configs %s: the before configurations need -before REF, the commit to build them from", strings.Join(o.configs, ","))
 	}
 	if slices.ContainsFunc(o.configs, func(n string) bool { return strings.HasPrefix(n, "rt-") }) {
 		if goroot == "" {
@@ -319,14 +331,24 @@ func bench(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	t := &table{seed: o.seed}
+	if o.before != "" {
+		// Before anything is built or measured: a bad name fails at once.
+		if t.before, err = resolveBefore(ctx, root, o.before); err != nil {
+			return err
+		}
+		for i := range srvs {
+			if srvs[i].bin == beforeBin {
+				srvs[i].label += "/rev=" + t.before.rev[:beforeRevLen]
+			}
+		}
+	}
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
 	r := &runner{opts: o, stderr: stderr, pin: o.pinned, perf: perfWorks()}
 	fmt.Fprintf(stderr, "netpollbench: output in %s; %s; %s\n", o.out, pinNote(r.pin), perfNote(r.perf))
-
-	t := &table{seed: o.seed}
-	r.bins, srvs, t.skipped, err = build(ctx, root, filepath.Join(o.out, "bin"), srvs, o.herd, len(o.http) > 0, o.rtGoroot, stderr)
+	r.bins, srvs, t.skipped, err = build(ctx, root, filepath.Join(o.out, "bin"), srvs, o.herd, len(o.http) > 0, o.rtGoroot, t.before, stderr)
 	if err != nil {
 		return err
 	}

@@ -573,7 +573,7 @@ func TestStartEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bins, _, _, err := build(t.Context(), root, t.TempDir(), srvs, false, false, "", io.Discard)
+	bins, _, _, err := build(t.Context(), root, t.TempDir(), srvs, false, false, "", beforeCommit{}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -716,15 +716,20 @@ func TestBufferFreeConfigs(t *testing.T) {
 	}
 }
 
-// TestPalette: every configuration has a colour of its own, and so has
-// rt-zeroread among the runtime's rows (the others take plotutil's).
+// TestPalette: every configuration has a colour of its own, and so have
+// rt-zeroread among the runtime's rows and before (the others take
+// plotutil's).
 func TestPalette(t *testing.T) {
 	seen := map[string]string{}
 	rt := keep(runtimeServers, func(s server) bool { return s.name == "rt-zeroread" })
 	if len(rt) != 1 {
 		t.Fatalf("no rt-zeroread among the runtime's rows")
 	}
-	for _, s := range append(slices.Clone(servers), rt...) {
+	before, err := pickServers([]string{"before"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range append(append(slices.Clone(servers), rt...), before...) {
 		c, ok := palette[s.name]
 		if !ok {
 			t.Errorf("%s has no colour in the palette", s.name)

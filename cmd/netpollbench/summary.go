@@ -38,6 +38,9 @@ func (b block) leftAligned(i int) bool {
 // summaryBlocks builds the verdict and the detail of every cell.
 func summaryBlocks(t *table, vs []cellVerdict) []block {
 	bs := []block{verdictBlock(t, vs)}
+	if b := beforeBlock(t, vs); b != nil {
+		bs = append(bs, *b)
+	}
 	for i, v := range vs {
 		bs = append(bs, detailBlock(fmt.Sprintf("cell%d", i+1), v))
 	}
@@ -91,6 +94,9 @@ func verdictBlock(t *table, vs []cellVerdict) block {
 	}
 	if len(parts) > 0 {
 		b.notes = append(b.notes, "Against package net, the default "+strings.Join(parts, ", ")+".")
+	}
+	if n := beforeNote(t, vs); n != "" {
+		b.notes = append(b.notes, n)
 	}
 	if len(prices) > 0 {
 		b.notes = append(b.notes, "Its spinning in the open loop, against "+spinNever+" (never spins): "+strings.Join(prices, "; ")+".")

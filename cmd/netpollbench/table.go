@@ -34,9 +34,10 @@ type table struct {
 	idle             []idleRow
 	herd             []herdRow
 	calStart, calEnd calibration
-	seed             uint64   // the shuffle's seed: the order within rounds
-	skipped          []string // configurations the build dropped, with the reason
-	warnings         []string // loud: the host changed speed, runs on different machines
+	seed             uint64       // the shuffle's seed: the order within rounds
+	before           beforeCommit // the before configurations' commit (-before); zero without
+	skipped          []string     // configurations the build dropped, with the reason
+	warnings         []string     // loud: the host changed speed, runs on different machines
 	failures         []string
 }
 

@@ -47,13 +47,14 @@ type cellVerdict struct {
 
 // cfgRow is one configuration of a cell.
 type cfgRow struct {
-	cfg     string
-	n       int                // rounds measured
-	med     map[string]float64 // medians over rounds, by unit (value's units)
-	vsNet   *comparison        // on the cell's measure; nil for net itself or without net
-	vsNet2  *comparison        // on its second measure
-	vsPeer  *comparison        // against the best peer; nil for the peer itself or without one
-	missing bool               // no round measured
+	cfg      string
+	n        int                // rounds measured
+	med      map[string]float64 // medians over rounds, by unit (value's units)
+	vsNet    *comparison        // on the cell's measure; nil for net itself or without net
+	vsNet2   *comparison        // on its second measure
+	vsPeer   *comparison        // against the best peer; nil for the peer itself or without one
+	vsBefore *beforePair        // against its before configuration (-before); nil without one
+	missing  bool               // no round measured
 }
 
 // medianUnits are the units whose medians the rows carry.
@@ -158,6 +159,7 @@ func judgeCell(t *table, cp *cellPlan, ncpu int) cellVerdict {
 			c := compare(series[r.cfg][m.unit], series[v.peer][m.unit])
 			r.vsPeer = &c
 		}
+		r.vsBefore = judgeBefore(series, r.cfg)
 	}
 	return v
 }
