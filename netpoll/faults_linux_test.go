@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -13,11 +14,13 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/edgepoll/edgepoll/netpoll"
+	"golang.org/x/sys/unix"
 )
 
 // Faults: each test hits one connection (or the listener) of a group with a
@@ -462,6 +465,483 @@ func TestRearmAfterCloseFDReuse(t *testing.T) {
 					t.Fatalf("dial %d: %v, want ECONNREFUSED (stats %+v)", i, err, g.Stats().Total)
 				}
 			}
+		})
+	}
+}
+
+// TestFaultAcceptOutOfFDs runs the process out of fds (a low RLIMIT_NOFILE,
+// the rest taken by dups) with connections waiting to be accepted. The
+// listener must back off (Stats.AcceptBackoffs grows) without a busy loop:
+// its poller's epoll_wait calls and wakeups stay bounded while back-offs go
+// on. Existing connections are still served, and once fds are freed every
+// waiting connection is accepted and works.
+func TestFaultAcceptOutOfFDs(t *testing.T) {
+	type tc struct {
+		name string
+		cfg  netpoll.Config
+	}
+	var cases []tc
+	for _, mode := range modes {
+		for _, wait := range []netpoll.Wait{netpoll.WaitNested, netpoll.WaitBlock} {
+			cases = append(cases, tc{fmt.Sprintf("mode=%s/wait=%s", mode, wait), netpoll.Config{Mode: mode, Wait: wait}})
+		}
+	}
+	cases = append(cases,
+		tc{"sharing=exclusive/pollers=2", netpoll.Config{Pollers: 2, Sharing: netpoll.Exclusive, Wait: netpoll.WaitBlock}},
+		tc{"sharing=wakeall/pollers=2", netpoll.Config{Pollers: 2, Sharing: netpoll.WakeAll}},
+		tc{"sharing=reuseport/pollers=2", netpoll.Config{Pollers: 2, Sharing: netpoll.ReusePort, Mode: netpoll.LevelTriggered}})
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			g := newGroup(t, tt.cfg)
+			l := listen(t, g, "tcp")
+			by := newBystander(t, g, l)
+			done, expired := watchdog(t, time.Minute)
+			defer done()
+			accepted := make(chan net.Conn, 16)
+			go func() {
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					accepted <- c
+				}
+			}()
+			if !netpoll.AwaitReadState(l, "waiting", expired) {
+				t.Fatal("Accept never parked")
+			}
+			const pending = 4
+			var socks []int
+			for range pending {
+				fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				socks = append(socks, fd)
+				defer unix.Close(fd)
+			}
+			sa := &unix.SockaddrInet4{Port: l.Addr().(*net.TCPAddr).Port, Addr: [4]byte{127, 0, 0, 1}}
+
+			// Out of fds: the soft limit just above what is open, and the
+			// gap filled. From here until the fds are freed, nothing in the
+			// test may open one (no countFDs, no t.TempDir).
+			free := exhaustFDs(t, socks[0])
+			defer free()
+
+			before := g.Stats().Total
+			for _, fd := range socks {
+				if err := unix.Connect(fd, sa); err != nil { // the kernel completes it into the backlog
+					free()
+					t.Fatalf("connect: %v", err)
+				}
+			}
+			awaitBackoffs := func(want uint64) netpoll.PollerStats {
+				for {
+					s := g.Stats().Total
+					if s.AcceptBackoffs >= want {
+						return s
+					}
+					select {
+					case <-expired:
+						free()
+						t.Fatalf("accept back-offs %d, want %d: the listener never ran out of fds? (stats %+v)", s.AcceptBackoffs, want, s)
+					default:
+						runtime.Gosched()
+					}
+				}
+			}
+			// Back-offs double from 5ms: the third starts after 35ms, when
+			// a level-triggered poller has long stopped repeating the event.
+			s1 := awaitBackoffs(before.AcceptBackoffs + 3)
+			s2 := awaitBackoffs(s1.AcceptBackoffs + 2)
+			backoffs, waits, wakeups := s2.AcceptBackoffs-s1.AcceptBackoffs, s2.EpollWaits-s1.EpollWaits, s2.Wakeups-s1.Wakeups
+			if waits > 2*backoffs+4 || wakeups > 2*backoffs+4 {
+				t.Errorf("during %d accept back-offs the pollers made %d epoll_wait calls and %d wakeups: a busy loop", backoffs, waits, wakeups)
+			}
+			select {
+			case <-accepted:
+				t.Error("accepted a connection while out of fds")
+			default:
+			}
+			by.check(t, "while out of fds")
+			free()
+
+			for i, fd := range socks {
+				if _, err := unix.Write(fd, []byte{byte(i)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			seen := make([]bool, pending)
+			for i := range pending {
+				c := awaitResult(t, accepted, expired, fmt.Sprintf("Accept of waiting connection %d after fds were freed", i))
+				c.SetReadDeadline(time.Now().Add(time.Minute))
+				b := make([]byte, 1)
+				if _, err := io.ReadFull(c, b); err != nil || int(b[0]) >= pending || seen[b[0]] {
+					t.Errorf("accepted connection %d: read %v, %v; want a byte one of the waiting clients sent", i, b, err)
+				} else {
+					seen[b[0]] = true
+				}
+				c.Close()
+			}
+			after := g.Stats().Total
+			if got := after.Accepts - before.Accepts; got != pending {
+				t.Errorf("Stats: %d accepts after recovery, want %d", got, pending)
+			}
+			t.Logf("out of fds: %d back-offs, %d epoll_wait calls in all (%d during the last %d back-offs, %d wakeups); %d connections accepted after recovery",
+				s2.AcceptBackoffs-before.AcceptBackoffs, s2.EpollWaits-before.EpollWaits, waits, backoffs, wakeups, pending)
+		})
+	}
+}
+
+// TestNewOutOfFDs: New run out of fds returns an error wrapping EMFILE,
+// whether it fails at its first poller or midway (free fds for two of
+// three pollers), and leaves no goroutine, fd or SpinAuto refresher
+// behind; with fds back, New works again. The default config (SpinAuto)
+// opens two pipes to measure the wakeup cost before its first poller.
+func TestNewOutOfFDs(t *testing.T) {
+	warm, err := netpoll.New(netpoll.Config{}) // the runtime's poller and W, initialised
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm.Close()
+	for _, tt := range []struct {
+		name string
+		cfg  netpoll.Config
+		free int // fds left free: 0 fails at once; 5 lets two auto pollers start
+	}{
+		{"auto/first", netpoll.Config{}, 0},
+		{"auto/midway", netpoll.Config{Pollers: 3}, 5},
+		{"fixed/first", netpoll.Config{SpinPolicy: netpoll.SpinFixed}, 0},
+		{"fixed/midway", netpoll.Config{Pollers: 3, SpinPolicy: netpoll.SpinFixed}, 4},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			goroutines, fds := runtime.NumGoroutine(), countFDs(t)
+			var old unix.Rlimit
+			if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+				t.Fatal(err)
+			}
+			low := unix.Rlimit{Cur: uint64(fds + 16), Max: old.Max}
+			if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
+				t.Fatal(err)
+			}
+			var fillers []int
+			for {
+				fd, err := unix.Dup(0)
+				if err == unix.EMFILE {
+					break
+				}
+				if err != nil {
+					t.Fatalf("dup: %v", err)
+				}
+				fillers = append(fillers, fd)
+			}
+			for _, fd := range fillers[len(fillers)-tt.free:] {
+				unix.Close(fd)
+			}
+			fillers = fillers[:len(fillers)-tt.free]
+			g, err := netpoll.New(tt.cfg)
+			for _, fd := range fillers {
+				unix.Close(fd)
+			}
+			if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+				t.Errorf("restoring RLIMIT_NOFILE: %v", err)
+			}
+			if g != nil {
+				g.Close()
+			}
+			if !errors.Is(err, unix.EMFILE) {
+				t.Fatalf("New with %d free fds: %v, want an error wrapping EMFILE", tt.free, err)
+			}
+			awaitGoroutines(t, goroutines)
+			if n := countFDs(t); n != fds {
+				t.Errorf("%d fds open after the failed New, %d before", n, fds)
+			}
+			g, err = netpoll.New(tt.cfg)
+			if err != nil {
+				t.Fatalf("New with fds back: %v", err)
+			}
+			g.Close()
+		})
+	}
+}
+
+// exhaustFDs puts the process out of fds: the soft RLIMIT_NOFILE just above
+// what is open, and the gap filled with dups of sock. Until free is
+// called, nothing may open an fd (no countFDs, no t.TempDir). free closes
+// the fillers and restores the limit; it may be called more than once.
+func exhaustFDs(t *testing.T, sock int) (free func()) {
+	t.Helper()
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	low := unix.Rlimit{Cur: uint64(countFDs(t) + 16), Max: old.Max}
+	var fillers []int
+	freed := false
+	free = func() {
+		if freed {
+			return
+		}
+		freed = true
+		for _, fd := range fillers {
+			unix.Close(fd)
+		}
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+			t.Errorf("restoring RLIMIT_NOFILE: %v", err)
+		}
+	}
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		fd, err := unix.Dup(sock)
+		if err == unix.EMFILE {
+			return free
+		}
+		if err != nil {
+			free()
+			t.Fatalf("dup: %v", err)
+		}
+		fillers = append(fillers, fd)
+	}
+}
+
+// TestFaultDeadlineStorm moves the deadlines of parked readers (and of a
+// parked writer) thousands of times a second. Each move wakes the park, which
+// re-checks and parks again; no data may be lost, no timeout may come while
+// every deadline is in the future, and when the last deadline is near, each
+// reader times out after it, not before, then still reads what comes next.
+func TestFaultDeadlineStorm(t *testing.T) {
+	const readers, messages = 8, 50
+	moves := 20000
+	if raceEnabled {
+		moves = 4000
+	}
+	for _, mode := range modes {
+		t.Run("mode="+mode.String(), func(t *testing.T) {
+			g := newGroup(t, netpoll.Config{Mode: mode})
+			l := listen(t, g, "tcp")
+			by := newBystander(t, g, l)
+			done, expired := watchdog(t, 2*time.Minute)
+			defer done()
+			clients, servers := make([]net.Conn, readers), make([]net.Conn, readers)
+			for i := range readers {
+				clients[i], servers[i] = pipe(t, g, l)
+			}
+
+			// storm moves every server's read deadline, far in the future
+			// (or clears it), until stop is closed and it has made at least
+			// least moves per conn, and reports how many moves it made and how
+			// many times the readers parked meanwhile (each move that finds
+			// a reader parked wakes it, and it parks again).
+			storm := func(least int, stop <-chan struct{}) (n int, rate float64, parks uint64) {
+				start, before := time.Now(), g.Stats().Total.ReadParks
+				for i := 0; ; i++ {
+					if i >= least {
+						select {
+						case <-stop:
+							return i * readers, float64(i*readers) / time.Since(start).Seconds(), g.Stats().Total.ReadParks - before
+						default:
+						}
+					}
+					runtime.Gosched() // let the woken readers park again
+					for _, s := range servers {
+						dl := time.Now().Add(time.Hour + time.Duration(i))
+						if i%7 == 0 {
+							dl = time.Time{}
+						}
+						s.SetReadDeadline(dl)
+					}
+				}
+			}
+
+			// Phase 1: messages reach parked readers through the storm.
+			var wg sync.WaitGroup
+			errc := make(chan error, readers+1)
+			for i, s := range servers {
+				wg.Go(func() {
+					var b [8]byte
+					for k := range messages {
+						if _, err := io.ReadFull(s, b[:]); err != nil {
+							errc <- fmt.Errorf("reader %d, message %d: %w", i, k, err)
+							return
+						}
+						if got := int(b[0]) | int(b[1])<<8; got != k {
+							errc <- fmt.Errorf("reader %d: message %d arrived as %d", i, k, got)
+							return
+						}
+					}
+				})
+			}
+			sent := make(chan struct{})
+			go func() {
+				defer close(sent)
+				for k := range messages {
+					for i, c := range clients {
+						// Each message goes to a reader that is parked.
+						if !netpoll.AwaitReadState(servers[i], "waiting", expired) {
+							return
+						}
+						if _, err := c.Write([]byte{byte(k), byte(k >> 8), 0, 0, 0, 0, 0, 0}); err != nil {
+							errc <- err
+							return
+						}
+					}
+				}
+			}()
+			n, rate, parks := storm(moves, sent)
+			if !waitAll(&wg, expired) {
+				t.Fatalf("readers hung in the storm (%d moves)", n)
+			}
+			close(errc)
+			for err := range errc {
+				t.Error(err)
+			}
+			t.Logf("phase 1: %d messages to each of %d parked readers through %d deadline moves (%.0f/s, %d read parks)", messages, readers, n, rate, parks)
+
+			// Phase 2: parked readers, a storm, then a near deadline.
+			type result struct {
+				err error
+				at  time.Time
+			}
+			results := make(chan result, readers)
+			var parkedOnce sync.WaitGroup
+			for _, s := range servers {
+				go func() {
+					_, err := s.Read(make([]byte, 1))
+					results <- result{err, time.Now()}
+				}()
+				parkedOnce.Go(func() { netpoll.AwaitReadState(s, "waiting", expired) })
+			}
+			parkedOnce.Wait()
+			stop := make(chan struct{})
+			close(stop)
+			n, rate, parks = storm(moves, stop)
+			select {
+			case r := <-results:
+				t.Fatalf("a Read returned during a storm of future deadlines: %v", r.err)
+			default:
+			}
+			final := time.Now().Add(20 * time.Millisecond)
+			for _, s := range servers {
+				s.SetReadDeadline(final)
+			}
+			for range readers {
+				r := awaitResult(t, results, expired, "Read past its deadline")
+				var ne net.Error
+				if !errors.As(r.err, &ne) || !ne.Timeout() || !errors.Is(r.err, os.ErrDeadlineExceeded) {
+					t.Errorf("Read past its deadline: %v, want a timeout wrapping os.ErrDeadlineExceeded", r.err)
+				}
+				wantOpError(t, "Read past its deadline", r.err, "read", os.ErrDeadlineExceeded)
+				if r.at.Before(final) {
+					t.Errorf("Read timed out %v before its deadline", final.Sub(r.at))
+				}
+			}
+			t.Logf("phase 2: %d readers timed out after, not before, their deadline, following %d moves (%.0f/s, %d read parks)", readers, n, rate, parks)
+
+			// Phase 3: with the deadline cleared, data still arrives.
+			for i, s := range servers {
+				s.SetReadDeadline(time.Time{})
+				if _, err := clients[i].Write([]byte("after")); err != nil {
+					t.Fatal(err)
+				}
+				b := make([]byte, 5)
+				if _, err := io.ReadFull(s, b); err != nil || string(b) != "after" {
+					t.Fatalf("Read after the timeouts = %q, %v", b, err)
+				}
+			}
+
+			// A parked writer through a storm of write deadlines: every
+			// byte arrives once the peer reads.
+			w, r := servers[0], clients[0]
+			payload := randomBytes(8<<20, 1)
+			wres := make(chan ioResult, 1)
+			go func() { n, err := w.Write(payload); wres <- ioResult{n, err} }()
+			if !netpoll.AwaitWriteState(w, "waiting", expired) {
+				t.Fatal("Write never parked")
+			}
+			start := time.Now()
+			for i := range moves {
+				w.SetWriteDeadline(time.Now().Add(time.Hour + time.Duration(i)))
+			}
+			rate = float64(moves) / time.Since(start).Seconds()
+			got := make([]byte, len(payload))
+			if _, err := io.ReadFull(r, got); err != nil {
+				t.Fatal(err)
+			}
+			if res := awaitResult(t, wres, expired, "Write"); res.err != nil || res.n != len(payload) {
+				t.Fatalf("Write through the storm = %d, %v; want %d, nil", res.n, res.err, len(payload))
+			}
+			if crc32.ChecksumIEEE(got) != crc32.ChecksumIEEE(payload) {
+				t.Fatal("the parked writer's bytes arrived corrupted")
+			}
+			t.Logf("writer: %d MiB through %d write deadline moves (%.0f/s), intact", len(payload)>>20, moves, rate)
+			by.check(t, "after the storms")
+		})
+	}
+}
+
+// TestFaultSlowReader: a peer that reads only once our writer has parked
+// makes every write wait for EPOLLOUT. Stats count the write parks, and
+// every byte arrives in order.
+func TestFaultSlowReader(t *testing.T) {
+	const size = 4 << 20
+	payload := randomBytes(size, 2)
+	for _, mode := range modes {
+		t.Run("mode="+mode.String(), func(t *testing.T) {
+			g := newGroup(t, netpoll.Config{Mode: mode})
+			l := listen(t, g, "tcp")
+			by := newBystander(t, g, l)
+			reader, writer := stdPipe(t, l) // the slow reader is package net's, so the group counts only the writer
+			done, expired := watchdog(t, 2*time.Minute)
+			defer done()
+			if err := writer.(*netpoll.Conn).SetWriteBuffer(32 << 10); err != nil {
+				t.Fatal(err)
+			}
+			if err := reader.(*net.TCPConn).SetReadBuffer(32 << 10); err != nil {
+				t.Fatal(err)
+			}
+			before := g.Stats().Total
+			res := make(chan ioResult, 1)
+			var written atomic.Bool
+			go func() {
+				n, err := writer.Write(payload)
+				written.Store(true)
+				res <- ioResult{n, err}
+			}()
+			got, reads := 0, 0
+			buf := make([]byte, 16<<10)
+			for got < size {
+				// Read only once the writer has parked (or finished).
+				for netpoll.WriteState(writer) != "waiting" && !written.Load() {
+					select {
+					case <-expired:
+						t.Fatalf("writer neither parked nor finished, %d of %d bytes read", got, size)
+					default:
+						runtime.Gosched()
+					}
+				}
+				n, err := reader.Read(buf)
+				if err != nil {
+					t.Fatalf("after %d bytes: %v", got, err)
+				}
+				if !bytes.Equal(buf[:n], payload[got:got+n]) {
+					t.Fatalf("bytes %d..%d arrived corrupted", got, got+n)
+				}
+				got += n
+				reads++
+			}
+			if r := awaitResult(t, res, expired, "Write"); r.err != nil || r.n != size {
+				t.Fatalf("Write = %d, %v; want %d, nil", r.n, r.err, size)
+			}
+			after := g.Stats().Total
+			parks := after.WriteParks - before.WriteParks
+			if parks == 0 {
+				t.Fatalf("no write parked for EPOLLOUT (stats %+v)", after)
+			}
+			t.Logf("%d MiB to a slow reader: %d write parks for EPOLLOUT, %d reads, EPOLL_CTL_MOD %d, all bytes intact",
+				size>>20, parks, reads, after.CtlMod-before.CtlMod)
+			by.check(t, "after the slow reader")
 		})
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,42 +13,6 @@ import (
 
 	"github.com/edgepoll/edgepoll/netpoll"
 )
-
-// TestBadEnvKeys sets NETPOLL to a bad value for each key (env_linux_test.go
-// covers pollers): the package-level Listen and Dial fail with an error that
-// names the variable, the key and the value.
-func TestBadEnvKeys(t *testing.T) {
-	defer netpoll.ResetDefault()
-	for _, tt := range []struct{ env, key, value string }{
-		{"mode=fast", "mode", "fast"},
-		{"sharing=everyone", "sharing", "everyone"},
-		{"spin=often", "spin", "often"},
-		{"wait=sleep", "wait", "sleep"},
-		{"busypoll=-1us", "busypoll", "-1us"},
-		{"sharing=exclusive,wait=nested", "sharing", "exclusive"},
-		{"colour=blue", "key", "colour"},
-		{"mode", "setting", "mode"},
-		{"mode=et,mode=lt", "mode", "lt"},
-	} {
-		t.Run(tt.env, func(t *testing.T) {
-			t.Setenv(netpoll.EnvVar, tt.env)
-			netpoll.ResetDefault()
-			_, lerr := netpoll.Listen("tcp", "127.0.0.1:0")
-			_, derr := netpoll.Dial("tcp", "127.0.0.1:1")
-			_, gerr := netpoll.Default()
-			for op, err := range map[string]error{"Listen": lerr, "Dial": derr, "Default": gerr} {
-				var ce *netpoll.ConfigError
-				if !errors.As(err, &ce) || ce.Key != tt.key || ce.Value != tt.value {
-					t.Errorf("%s: %v; want a *ConfigError for %s %q", op, err, tt.key, tt.value)
-					continue
-				}
-				if msg := err.Error(); !strings.Contains(msg, netpoll.EnvVar) || !strings.Contains(msg, strconv.Quote(tt.value)) {
-					t.Errorf("%s: %q does not name %s and %q", op, msg, netpoll.EnvVar, tt.value)
-				}
-			}
-		})
-	}
-}
 
 // TestUnknownNetworks: networks other than tcp, tcp4, tcp6 and unix are
 // refused by Listen and Dial, on a group and at package level, with a
