@@ -179,3 +179,28 @@ func SetHandOffHook(f func(c net.Conn, at string)) (restore func()) {
 
 // Closing reports whether Close has begun on a *Conn.
 func Closing(c any) bool { return descOf(c).closing() }
+
+// PollerFD returns poller i's epoll fd.
+func PollerFD(g *Group, i int) int { return g.pollers[i].epfd }
+
+// ListenerFDs returns the socket of each of a *Listener's registrations, in
+// the order of the pollers they are registered on: one for Single, the
+// shared socket once per poller for Exclusive and WakeAll, a socket per
+// poller for ReusePort.
+func ListenerFDs(l *Listener) []int {
+	fds := make([]int, len(l.ds))
+	for i, d := range l.ds {
+		fds[i] = d.fd
+	}
+	return fds
+}
+
+// ListenerPollers returns the index of the poller each of a *Listener's
+// registrations is on, in the order of ListenerFDs.
+func ListenerPollers(l *Listener) []int {
+	ids := make([]int, len(l.ds))
+	for i, d := range l.ds {
+		ids[i] = d.p.id
+	}
+	return ids
+}

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"runtime"
@@ -139,17 +140,45 @@ func TestRun(t *testing.T) {
 	}
 }
 
-// TestExclusiveWakesFewer is the patch's claim at a small scale: with
-// EPOLLEXCLUSIVE an event wakes one waiter, not all 32.
-func TestExclusiveWakesFewer(t *testing.T) {
-	args := []string{"-source", "pipe", "-waiters", "32", "-events", "2000", "-interval", "50us"}
-	wakeAll := runJSON(t, append(args, "-mode", "wakeall")...)[0]
-	exclusive := runJSON(t, append(args, "-mode", "exclusive")...)[0]
-	checkCounts(t, wakeAll)
-	checkCounts(t, exclusive)
-	t.Logf("context switches: wakeall %d, exclusive %d", wakeAll.Ctxsw, exclusive.Ctxsw)
-	if exclusive.Ctxsw*5 > wakeAll.Ctxsw {
-		t.Errorf("exclusive mode made %d context switches, more than a fifth of wakeall's %d", exclusive.Ctxsw, wakeAll.Ctxsw)
+// BenchmarkHerd is the patch's pipe test at a small scale, and the
+// accept case, as go test benchmarks: an op is an event, and the metrics
+// are herd -format bench's (ctxsw/op, empty/op, max-share...), so that
+// benchstat -col /mode compares the modes. The claim, that with
+// EPOLLEXCLUSIVE an event wakes one waiter and not all 32 (exclusive's
+// ctxsw/op under a fifth of wakeall's on the pipe), is a ratio of context
+// switches, which move with whatever else runs on the machine: it is
+// measured here, not asserted by a test. TestRun checks what holds on any
+// machine: every event taken once, the counts consistent.
+//
+//	go test -run '^$' -bench Herd -count 6 ./cmd/herd | tee herd.txt
+//	go tool benchstat -col /mode herd.txt
+func BenchmarkHerd(b *testing.B) {
+	for _, src := range []string{sourcePipe, sourceAccept} {
+		for _, mode := range []string{modeWakeAll, modeExclusive, modeReusePort} {
+			if mode == modeReusePort && src != sourceAccept {
+				continue // a pipe has no SO_REUSEPORT
+			}
+			const waiters = 32
+			b.Run(fmt.Sprintf("source=%s/mode=%s/waiters=%d", src, mode, waiters), func(b *testing.B) {
+				res, err := runOnce(config{source: src, mode: mode, waiters: waiters, events: b.N, interval: 50 * time.Microsecond, timeout: time.Minute})
+				if err != nil {
+					b.Fatal(err)
+				}
+				var sum int64
+				for _, n := range res.Got {
+					sum += n
+				}
+				if sum != int64(b.N) {
+					b.Fatalf("waiters took %d events, want %d", sum, b.N)
+				}
+				// The run's own figures, from the first event to the last:
+				// ns/op among them replaces the timer's, which counts the
+				// waiters' setup too.
+				for _, m := range res.metrics() {
+					b.ReportMetric(m.value, m.unit)
+				}
+			})
+		}
 	}
 }
 

@@ -123,25 +123,33 @@ func (r *report) benchLine(res *result) error {
 	if procs := runtime.GOMAXPROCS(0); procs != 1 {
 		name += fmt.Sprintf("-%d", procs) // as go test does
 	}
-	metrics := []struct {
-		value float64
-		unit  string
-	}{
-		{res.perEvent(float64(res.Wall)), "ns/op"},
-		{res.perEvent(float64(res.Ctxsw)), "ctxsw/op"},
-		{res.perEvent(float64(res.CPU)), "cpu-ns/op"},
-		{res.perEvent(float64(res.Empty)), "empty/op"},
-		{res.perEvent(float64(res.Max)), "max-share"}, // of the events, taken by the busiest waiter
-		{float64(res.Zero), "idle-waiters"},
-	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\t%8d", name, res.Events)
-	for _, m := range metrics {
+	for _, m := range res.metrics() {
 		fmt.Fprintf(&b, "\t%s %s", number(m.value), m.unit)
 	}
 	b.WriteByte('\n')
 	_, err := io.WriteString(r.w, b.String())
 	return err
+}
+
+// metric is one figure of a run in the benchmark format: an op is an event.
+type metric struct {
+	value float64
+	unit  string
+}
+
+// metrics are the figures of the bench format's line, which BenchmarkHerd
+// reports too.
+func (r *result) metrics() []metric {
+	return []metric{
+		{r.perEvent(float64(r.Wall)), "ns/op"},
+		{r.perEvent(float64(r.Ctxsw)), "ctxsw/op"},
+		{r.perEvent(float64(r.CPU)), "cpu-ns/op"},
+		{r.perEvent(float64(r.Empty)), "empty/op"},
+		{r.perEvent(float64(r.Max)), "max-share"}, // of the events, taken by the busiest waiter
+		{float64(r.Zero), "idle-waiters"},
+	}
 }
 
 // number formats x with about four significant digits and no exponent.
