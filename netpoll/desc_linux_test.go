@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/edgepoll/edgepoll/netpoll"
+	"golang.org/x/sys/unix"
 )
 
 // TestModeCounters shows what each mode costs in epoll_ctl: N reads that

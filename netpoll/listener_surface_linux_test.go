@@ -14,9 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/edgepoll/edgepoll/netpoll"
+	"golang.org/x/sys/unix"
 )
 
 // The Listener's surface beyond net.Listener, as *net.TCPListener has it:

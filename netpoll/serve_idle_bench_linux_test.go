@@ -9,9 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/edgepoll/edgepoll/netpoll"
+	"golang.org/x/sys/unix"
 )
 
 // BenchmarkServeIdle measures what an idle connection served on demand

@@ -18,9 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/edgepoll/edgepoll/netpoll"
+	"golang.org/x/sys/unix"
 )
 
 // The soak's size. The defaults keep `go test -race ./...` short; the

@@ -19,9 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/edgepoll/edgepoll/netpoll"
+	"golang.org/x/sys/unix"
 )
 
 const (
