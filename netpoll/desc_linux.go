@@ -204,10 +204,11 @@ type desc struct {
 	skip bool
 	// sticky collects, for good, the event bits that announce a condition
 	// the kernel can end a transfer early on while something is still
-	// pending (stickyEvents), and stickyRaw once the fd has been handed to
-	// code of the user's. Any bit turns skipping off. The poller stores
-	// event bits before it notifies, so an operation that consumed the edge
-	// sees them.
+	// pending (stickyEvents), stickyRaw once the fd has been handed to
+	// code of the user's, and stickyFailed once a failed epoll_ctl lost
+	// the registration (ctl_linux.go). Any bit turns skipping off. The
+	// poller stores event bits before it notifies, so an operation that
+	// consumed the edge sees them.
 	sticky atomic.Uint32
 }
 
@@ -296,6 +297,9 @@ func (d *desc) close() error {
 	d.wr.nudge()
 	d.decref()
 	<-*d.done.Load()
+	if d.failed() {
+		return d.p.ctl.take(d) // set before destroy, which comes before done
+	}
 	return nil
 }
 
@@ -309,7 +313,11 @@ func (d *desc) makeDone() {
 }
 
 func (d *desc) destroy() {
-	d.p.unregister(d)
+	// A failed descriptor has no registration left (fail removed it), so
+	// its DEL's ENOENT says nothing; otherwise close returns DEL's error.
+	if err := d.p.unregister(d); err != nil && !d.failed() {
+		d.p.ctl.set(d, err)
+	}
 	if !d.shared {
 		unix.Close(d.fd)
 	}
@@ -422,6 +430,9 @@ func (dr *dir) park() (timedOut bool) {
 func (d *desc) checkDir(dr *dir) error {
 	if d.closing() {
 		return net.ErrClosed
+	}
+	if d.failed() {
+		return d.p.ctl.get(d) // an epoll_ctl error lost the registration (fail)
 	}
 	if dr.expired() {
 		return os.ErrDeadlineExceeded
