@@ -56,7 +56,7 @@ func newDropOutFault(fd int, errno syscall.Errno) *dropOutFault {
 	return &dropOutFault{fd: fd, errno: errno, armedc: make(chan struct{})}
 }
 
-func (f *dropOutFault) fault(op, fd int, events uint32) unix.Errno {
+func (f *dropOutFault) fault(_, op, fd int, events uint32) unix.Errno {
 	if fd != f.fd || op == unix.EPOLL_CTL_DEL {
 		return 0
 	}
@@ -187,7 +187,7 @@ func TestCtlReaddFails(t *testing.T) {
 
 			fd := netpoll.FD(server)
 			var fired atomic.Bool
-			defer netpoll.SetCtlFault(func(op, cfd int, events uint32) unix.Errno {
+			defer netpoll.SetCtlFault(func(_, op, cfd int, events uint32) unix.Errno {
 				if cfd == fd && op == unix.EPOLL_CTL_ADD && fired.CompareAndSwap(false, true) {
 					return unix.ENOSPC
 				}
@@ -231,17 +231,47 @@ func TestCtlRequeueFails(t *testing.T) {
 	}
 	defer l.Close()
 
+	// The fault fails every EPOLL_CTL_ADD of the socket while failing is
+	// set, and keeps which epoll instances (pollers) it is out of.
 	fd := netpoll.FD(l)
-	var failing atomic.Bool
-	var faults atomic.Int64
-	failing.Store(true)
-	defer netpoll.SetCtlFault(func(op, cfd int, events uint32) unix.Errno {
-		if cfd == fd && op == unix.EPOLL_CTL_ADD && failing.Load() {
-			faults.Add(1)
+	var (
+		mu      sync.Mutex
+		failing = true
+		faults  int
+		out     = map[int]bool{} // by epoll fd
+	)
+	defer netpoll.SetCtlFault(func(epfd, op, cfd int, _ uint32) unix.Errno {
+		if cfd != fd {
+			return 0
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case op == unix.EPOLL_CTL_DEL:
+			out[epfd] = true
+		case op == unix.EPOLL_CTL_ADD && failing:
+			faults++
 			return unix.ENOSPC
+		case op == unix.EPOLL_CTL_ADD:
+			out[epfd] = false
 		}
 		return 0
 	})()
+	lift := func() {
+		mu.Lock()
+		failing = false
+		mu.Unlock()
+	}
+	outOf := func() (n int) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, o := range out {
+			if o {
+				n++
+			}
+		}
+		return n
+	}
 
 	type result struct {
 		c   net.Conn
@@ -266,10 +296,10 @@ func TestCtlRequeueFails(t *testing.T) {
 		}
 	}()
 	// accept dials l and waits for the connection, checking the errors
-	// Accept returns meanwhile; lift, if set, lifts the fault at the
+	// Accept returns meanwhile; lifting, if set, lifts the fault at the
 	// first one.
 	errs := 0
-	accept := func(what string, lift bool) {
+	accept := func(what string, lifting bool) {
 		t.Helper()
 		client, err := net.Dial("tcp", l.Addr().String())
 		if err != nil {
@@ -284,8 +314,8 @@ func TestCtlRequeueFails(t *testing.T) {
 			}
 			errs++
 			wantCtlError(t, what, r.err, "accept", syscall.ENOSPC)
-			if lift {
-				failing.Store(false) // perhaps no registration is left: let the next try add one back
+			if lifting {
+				lift() // perhaps no registration is left: let the next try add one back
 			}
 		}
 	}
@@ -293,14 +323,22 @@ func TestCtlRequeueFails(t *testing.T) {
 	accept("Accept of the second connection", false)
 	accept("Accept of the third connection", false)
 	accept("Accept of the fourth connection", true)
-	if errs == 0 || faults.Load() == 0 {
-		t.Errorf("%d Accept errors for %d failed EPOLL_CTL_ADDs: want some of each", errs, faults.Load())
+	lift()
+	mu.Lock()
+	if errs == 0 || faults == 0 || errs > faults {
+		t.Errorf("%d Accept errors for %d failed EPOLL_CTL_ADDs: want some, none without a failed ADD", errs, faults)
 	}
+	mu.Unlock()
 	// Every registration comes back, and accepting goes on (an error may
 	// still come from a try made before the fault was lifted).
-	failing.Store(false)
+	if !await(expired, func() bool { return outOf() == 0 }) {
+		t.Fatalf("%d registrations never came back", outOf())
+	}
 	for range 4 {
 		accept("Accept after the fault was lifted", false)
+	}
+	if n := outOf(); n != 0 {
+		t.Errorf("%d registrations out of epoll after the fault was lifted", n)
 	}
 
 	l.Close()
@@ -363,7 +401,7 @@ func TestCtlUnregisterFails(t *testing.T) {
 	}
 	defer file.Close()
 	var fired atomic.Bool
-	restore := netpoll.SetCtlFault(func(op, cfd int, events uint32) unix.Errno {
+	restore := netpoll.SetCtlFault(func(_, op, cfd int, events uint32) unix.Errno {
 		if cfd == fd && op == unix.EPOLL_CTL_DEL && fired.CompareAndSwap(false, true) {
 			return unix.EINTR
 		}

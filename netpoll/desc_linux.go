@@ -17,8 +17,9 @@ import (
 //	idle    -> waiting the operation got EAGAIN and parks (awaitReady)
 //	ready   -> idle    the operation consumes the token and retries the syscall (awaitReady)
 //	waiting -> ready   the poller saw an edge, then sends the wake token (notify)
-//	waiting -> idle    Close or a deadline change, then sends the wake token (nudge);
-//	                   or the parked operation itself when its timer fires (no token)
+//	waiting -> idle    Close, a deadline change or a failed epoll_ctl (fail), then
+//	                   sends the wake token (nudge); or the parked operation
+//	                   itself when its timer fires (no token)
 //
 // A connection served on demand (Server, serve_linux.go) has a fourth state
 // in its read direction, in which no operation runs and no goroutine waits:
@@ -26,9 +27,9 @@ import (
 //	idle    -> serve   the handler's goroutine, after its handler returned and
 //	                   the socket was found empty (serverConn.handOff); it exits
 //	serve   -> ready   the poller saw an edge, then starts the handler (notify)
-//	serve   -> idle    Close, or a read deadline that passed (nudge, the idle
-//	                   timer), then starts the handler; or the handing-off
-//	                   goroutine itself, which then keeps the connection
+//	serve   -> idle    Close, a read deadline that passed or a failed epoll_ctl
+//	                   (nudge, the idle timer), then starts the handler; or the
+//	                   handing-off goroutine itself, which then keeps the connection
 //
 // The same invariant holds with "start the handler's goroutine" for "send
 // the token": whoever other than the handing-off goroutine moves the

@@ -181,17 +181,18 @@ func SetHandOffHook(f func(c net.Conn, at string)) (restore func()) {
 func Closing(c any) bool { return descOf(c).closing() }
 
 // SetCtlFault makes every epoll_ctl of the package ask f first, with the
-// operation (unix.EPOLL_CTL_ADD, MOD or DEL), the fd and the events asked
-// for (0 for DEL): a non-zero errno is returned in place of the call. f
-// runs on whichever goroutine calls epoll_ctl. The returned func removes it.
-func SetCtlFault(f func(op, fd int, events uint32) unix.Errno) (restore func()) {
+// epoll fd, the operation (unix.EPOLL_CTL_ADD, MOD or DEL), the fd and the
+// events asked for (0 for DEL): a non-zero errno is returned in place of
+// the call. f runs on whichever goroutine calls epoll_ctl. The returned
+// func removes it.
+func SetCtlFault(f func(epfd, op, fd int, events uint32) unix.Errno) (restore func()) {
 	hookMu.Lock()
 	h := func(epfd, op, fd int, ev *unix.EpollEvent) error {
 		var events uint32
 		if ev != nil {
 			events = ev.Events
 		}
-		if errno := f(op, fd, events); errno != 0 {
+		if errno := f(epfd, op, fd, events); errno != 0 {
 			return errno
 		}
 		return unix.EpollCtl(epfd, op, fd, ev)
