@@ -57,7 +57,7 @@ func (p *poller) register(d *desc, extra uint32) error {
 
 func (p *poller) add(d *desc, events uint32) error {
 	e := unix.EpollEvent{Events: events, Fd: int32(d.fd), Pad: int32(d.gen)}
-	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, d.fd, &e); err != nil {
+	if err := epollCtl(p.epfd, unix.EPOLL_CTL_ADD, d.fd, &e); err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
 	p.st.inc(cCtlAdd)
@@ -74,9 +74,10 @@ func (p *poller) requeue(d *desc, extra uint32) error {
 
 // readd replaces d's registration with EPOLL_CTL_DEL and EPOLL_CTL_ADD of
 // events. Unlike a MOD, the ADD checks readiness and, if ready, links the
-// item in the ready list and wakes the instance's waiters.
+// item in the ready list and wakes the instance's waiters. An error from
+// the ADD leaves d out of epoll.
 func (p *poller) readd(d *desc, events uint32) error {
-	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, d.fd, nil); err != nil {
+	if err := epollCtl(p.epfd, unix.EPOLL_CTL_DEL, d.fd, nil); err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
 	p.st.inc(cCtlDel)
@@ -84,11 +85,20 @@ func (p *poller) readd(d *desc, events uint32) error {
 }
 
 // unregister removes d from epoll and the table and retires its counters.
-func (p *poller) unregister(d *desc) {
-	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_DEL, d.fd, nil); err == nil {
+// It returns EPOLL_CTL_DEL's error, which destroy keeps for Close: the
+// fd's close that follows removes the registration anyway, unless the
+// socket lives on in a dup (Conn.File), whose registration then reports
+// events of d's generation, which dispatch drops as stale.
+func (p *poller) unregister(d *desc) error {
+	err := epollCtl(p.epfd, unix.EPOLL_CTL_DEL, d.fd, nil)
+	if err == nil {
 		p.st.inc(cCtlDel)
 	}
 	p.table.clear(d)
+	if err != nil {
+		return os.NewSyscallError("epoll_ctl", err)
+	}
+	return nil
 }
 
 // modify sets d's epoll interest to events with EPOLL_CTL_MOD. Called with
@@ -100,7 +110,7 @@ func (p *poller) modify(d *desc, events uint32) error {
 	}
 	e := unix.EpollEvent{Events: events | flags, Fd: int32(d.fd), Pad: int32(d.gen)}
 	p.st.op(d.fd, cCtlMod)
-	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_MOD, d.fd, &e); err != nil {
+	if err := epollCtl(p.epfd, unix.EPOLL_CTL_MOD, d.fd, &e); err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
 	d.armed.Store(events)
@@ -132,12 +142,27 @@ func readWaits(d *desc) bool {
 // armForPark makes sure an event will come for a direction about to park.
 // EdgeTriggered: nothing to do, ever. OneShot: re-arm (one EPOLL_CTL_MOD per
 // park). LevelTriggered: only if the wanted interest is not armed already.
+// An error fails d (fail): the registration may be gone (a DEL whose ADD
+// failed), and with armed unchanged a later park would find its interest
+// "armed" and wait for good.
 func (p *poller) armForPark(d *desc, dr *dir) error {
 	if d.mode == EdgeTriggered {
 		return nil
 	}
 	d.armMu.Lock()
 	defer d.armMu.Unlock()
+	if d.failed() {
+		return p.ctl.get(d)
+	}
+	err := p.arm(d)
+	if err != nil {
+		p.fail(d, err)
+	}
+	return err
+}
+
+// arm is armForPark's epoll_ctl, with d.armMu held.
+func (p *poller) arm(d *desc) error {
 	want := interest(d)
 	if d.mode == LevelTriggered && d.armed.Load() == want {
 		return nil
@@ -164,7 +189,9 @@ func (p *poller) armForPark(d *desc, dr *dir) error {
 // rearmAfterEvent runs on the poller after an event for d in OneShot or
 // LevelTriggered mode. OneShot: the kernel disarmed the whole fd, so a
 // direction still parked must be armed again. LevelTriggered: drop EPOLLOUT
-// once no writer is parked, or it would fire on every epoll_wait.
+// once no writer is parked, or it would fire on every epoll_wait. An error
+// fails d: the parked direction would wait for good (OneShot), or EPOLLOUT
+// fire until Close (LevelTriggered).
 func (p *poller) rearmAfterEvent(d *desc) {
 	if d.mode == OneShot && !readWaits(d) && d.wr.state.Load() != stWaiting {
 		return
@@ -181,9 +208,13 @@ func (p *poller) rearmAfterEvent(d *desc) {
 	defer d.decref()
 	d.armMu.Lock()
 	defer d.armMu.Unlock()
+	if d.failed() {
+		return
+	}
 	want := interest(d)
 	if (d.mode == OneShot && want != 0) || (d.mode == LevelTriggered && want != d.armed.Load()) {
-		// An error means d is being closed concurrently: nothing to arm.
-		_ = p.modify(d, want)
+		if err := p.modify(d, want); err != nil {
+			p.fail(d, err)
+		}
 	}
 }

@@ -1,7 +1,6 @@
 package netpoll
 
 import (
-	"errors"
 	"io"
 	"net"
 	"os"
@@ -140,7 +139,9 @@ func (c *Conn) Write(b []byte) (int, error) {
 
 // Close closes the connection. It wakes every blocked Read and Write with
 // an error wrapping net.ErrClosed and returns once the fd is closed. Calling
-// it again returns such an error too.
+// it again returns such an error too. If an epoll_ctl on the connection's
+// registration failed (its operations returned the error), or removing it
+// does, Close returns that error, once the fd is closed all the same.
 func (c *Conn) Close() error {
 	if err := c.d.close(); err != nil {
 		return c.opError("close", err)
@@ -311,10 +312,10 @@ func (c *Conn) opError(op string, err error) error {
 }
 
 // syscallErr wraps a bare errno the way package net does; our own sentinels
-// (closed, deadline) and nil pass through.
+// (closed, deadline), errors that name their call already (a failed
+// epoll_ctl's *os.SyscallError) and nil pass through.
 func syscallErr(name string, err error) error {
-	var errno unix.Errno
-	if errors.As(err, &errno) {
+	if errno, ok := err.(unix.Errno); ok {
 		return os.NewSyscallError(name, errno)
 	}
 	return err

@@ -17,8 +17,9 @@ import (
 //	empty   -> waiting the operation got EAGAIN and parks (awaitReady)
 //	ready   -> empty   the operation consumes the token and retries the syscall (awaitReady)
 //	waiting -> ready   the poller saw an edge, then sends the wake token (notify)
-//	waiting -> empty   Close or a deadline change, then sends the wake token (nudge);
-//	                   or the parked operation itself when its timer fires (no token)
+//	waiting -> empty   Close, a deadline change or a failed epoll_ctl (fail), then
+//	                   sends the wake token (nudge); or the parked operation
+//	                   itself when its timer fires (no token)
 //
 // A connection served on demand (Server, serve_linux.go) has a fourth state
 // in its read direction, in which no operation runs and no goroutine waits
@@ -27,9 +28,9 @@ import (
 //	empty   -> serve   the handler's goroutine, after its handler returned and
 //	                   the socket was found empty (serverConn.handOff); it exits
 //	serve   -> ready   the poller saw an edge, then starts the handler (notify)
-//	serve   -> empty   Close, or a read deadline that passed (nudge, the idle
-//	                   timer), then starts the handler; or the handing-off
-//	                   goroutine itself, which then keeps the connection
+//	serve   -> empty   Close, a read deadline that passed or a failed epoll_ctl
+//	                   (nudge, the idle timer), then starts the handler; or the
+//	                   handing-off goroutine itself, which then keeps the connection
 //
 // The same invariant holds with "start the handler's goroutine" for "send
 // the token": whoever other than the handing-off goroutine moves the
@@ -203,10 +204,11 @@ type desc struct {
 
 	// sticky collects, for good, the event bits that announce a condition
 	// the kernel can end a transfer early on while something is still
-	// pending (stickyEvents), and stickyRaw once the fd has been handed to
-	// code of the user's. Any bit turns skipping off. The poller stores
-	// event bits before it notifies, so an operation that consumed the edge
-	// sees them.
+	// pending (stickyEvents), stickyRaw once the fd has been handed to
+	// code of the user's, and stickyFailed once a failed epoll_ctl lost
+	// the registration (ctl_linux.go). Any bit turns skipping off. The
+	// poller stores event bits before it notifies, so an operation that
+	// consumed the edge sees them.
 	sticky atomic.Uint32
 }
 
@@ -303,6 +305,9 @@ func (d *desc) close() error {
 	d.nudge(&d.wr)
 	d.decref()
 	<-*d.done.Load()
+	if d.failed() {
+		return d.p.ctl.take(d) // set before destroy, which comes before done
+	}
 	return nil
 }
 
@@ -316,7 +321,11 @@ func (d *desc) makeDone() {
 }
 
 func (d *desc) destroy() {
-	d.p.unregister(d)
+	// A failed descriptor has no registration left (fail removed it), so
+	// its DEL's ENOENT says nothing; otherwise close returns DEL's error.
+	if err := d.p.unregister(d); err != nil && !d.failed() {
+		d.p.ctl.set(d, err)
+	}
 	if d.kind != kindShared {
 		unix.Close(d.fd)
 	}
@@ -438,6 +447,9 @@ func (dr *dir) park() (timedOut bool) {
 func (d *desc) checkDir(dr *dir) error {
 	if d.closing() {
 		return net.ErrClosed
+	}
+	if d.failed() {
+		return d.p.ctl.get(d) // an epoll_ctl error lost the registration (fail)
 	}
 	if dr.expired() {
 		return os.ErrDeadlineExceeded

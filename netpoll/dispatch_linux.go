@@ -59,8 +59,12 @@ func (p *poller) levelGuard(evs []unix.EpollEvent, woke int) {
 			continue // closing; and without a reference its fd may be reused under the MOD
 		}
 		d.armMu.Lock()
-		if a := d.armed.Load(); a&unix.EPOLLIN != 0 && !readWaits(d) {
-			if p.modify(d, a&^readInterest(d)) == nil {
+		if a := d.armed.Load(); a&unix.EPOLLIN != 0 && !readWaits(d) && !d.failed() {
+			// A failed MOD leaves armed as it was, so the next park would
+			// not arm: fail d, lest its registration be gone (fail).
+			if err := p.modify(d, a&^readInterest(d)); err != nil {
+				p.fail(d, err)
+			} else {
 				p.st.inc(cLevelDisarms)
 			}
 		}

@@ -390,6 +390,15 @@
 // io.EOF on orderly shutdown, net.ErrClosed after Close, and
 // os.ErrDeadlineExceeded (Timeout() true) after a deadline.
 //
+// An epoll_ctl that fails on a registration after it was added (a OneShot
+// or LevelTriggered re-arm) fails that connection or listener: its
+// operations, parked ones included, return an error wrapping
+// os.NewSyscallError("epoll_ctl", errno), as does a Conn's Close, and a
+// connection served on demand has its handler called, whose Read returns
+// it. A Conn's Close also returns the error of an EPOLL_CTL_DEL that
+// fails. An Exclusive listener's registration that balancing cannot add
+// back is retried instead (see below).
+//
 // # Goroutine safety
 //
 // All methods of Group, Listener and Conn are safe for concurrent use.
@@ -399,9 +408,12 @@
 // # Differences from package net
 //
 // Accept backs off on EMFILE, ENFILE, ENOBUFS and ENOMEM (5ms doubling to 1s,
-// counted in Stats) instead of returning the error. TCP keep-alive is off
-// by default; Conn.SetKeepAlive turns it on. Only stream sockets are served:
-// tcp, tcp4, tcp6 and unix.
+// counted in Stats) instead of returning the error. An Exclusive
+// listener's poller whose registration balancing cannot add back (ENOMEM,
+// ENOSPC) returns the error from an Accept and adds it again with the same
+// back-off, returning each failure likewise, while the other pollers
+// accept. TCP keep-alive is off by default; Conn.SetKeepAlive turns it on.
+// Only stream sockets are served: tcp, tcp4, tcp6 and unix.
 //
 // Only Linux is supported; elsewhere New returns an error wrapping
 // errors.ErrUnsupported.

@@ -204,3 +204,27 @@ func ListenerPollers(l *Listener) []int {
 	}
 	return ids
 }
+
+// SetCtlFault makes every epoll_ctl of the package ask f first, with the
+// epoll fd, the operation (unix.EPOLL_CTL_ADD, MOD or DEL), the fd and the
+// events asked for (0 for DEL): a non-zero errno is returned in place of
+// the call. f runs on whichever goroutine calls epoll_ctl. The returned
+// func removes it.
+func SetCtlFault(f func(epfd, op, fd int, events uint32) unix.Errno) (restore func()) {
+	hookMu.Lock()
+	h := func(epfd, op, fd int, ev *unix.EpollEvent) error {
+		var events uint32
+		if ev != nil {
+			events = ev.Events
+		}
+		if errno := f(epfd, op, fd, events); errno != 0 {
+			return errno
+		}
+		return unix.EpollCtl(epfd, op, fd, ev)
+	}
+	ctlHook.Store(&h)
+	return func() {
+		ctlHook.Store(nil)
+		hookMu.Unlock()
+	}
+}

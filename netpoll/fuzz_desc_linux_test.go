@@ -116,6 +116,17 @@ const modelSize = 2
 // descriptor has a negative fd.
 const modelFD = -1
 
+// modelCtl is the epoll_ctl of a model run (ctlHook): the model's desc is
+// in no epoll instance, its fd being no real one, so its EPOLL_CTL_DEL
+// succeeds here as a registered descriptor's does, and its close returns
+// nil. Every other call is made.
+func modelCtl(epfd, op, fd int, event *unix.EpollEvent) error {
+	if fd == modelFD {
+		return nil
+	}
+	return unix.EpollCtl(epfd, op, fd, event)
+}
+
 // modelOutcome is where the operation got to, as a set of bits when predicted.
 type modelOutcome uint16
 
@@ -180,11 +191,11 @@ type descModel struct {
 
 func newDescModel(m descMachine, timeout time.Duration) (*descModel, error) {
 	d := newDesc(modelFD, kindConn)
-	d.p = &poller{epfd: -1} // EdgeTriggered never arms; unregister's EPOLL_CTL_DEL fails harmlessly
+	d.p = &poller{epfd: -1} // EdgeTriggered never arms; unregister's EPOLL_CTL_DEL goes to modelCtl
 	if m.inline {
 		// A real poller, started, with nothing registered: the desc is
 		// not in epoll (its fd is not real), so only kicks reach the
-		// holder, and unregister's EPOLL_CTL_DEL fails harmlessly.
+		// holder, and unregister's EPOLL_CTL_DEL goes to modelCtl.
 		p, err := newPoller(0, Config{Wait: WaitInline})
 		if err != nil {
 			return nil, err
@@ -225,6 +236,9 @@ func runDescModel(m descMachine, script string, timeout time.Duration) (err erro
 			}
 		}()
 	}
+	ctl := modelCtl
+	ctlHook.Store(&ctl)
+	defer ctlHook.Store(nil)
 	restore := SetBeforeParkHook(func(fd int) {
 		if fd == modelFD {
 			md.req <- opAtHook

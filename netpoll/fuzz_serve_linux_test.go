@@ -131,7 +131,7 @@ type serveModel struct {
 func newServeModel(m serveMachine, timeout time.Duration) *serveModel {
 	md := &serveModel{m: m, timeout: timeout, hooks: make(chan string, 2), leave: make(chan struct{}), closeErrs: make(chan error, 4)}
 	d := newDesc(modelFD, kindConn)
-	d.p = &poller{epfd: -1} // EdgeTriggered never arms; unregister's EPOLL_CTL_DEL fails harmlessly
+	d.p = &poller{epfd: -1} // EdgeTriggered never arms; unregister's EPOLL_CTL_DEL goes to modelCtl
 	d.mode = EdgeTriggered
 	d.kind = kindShared // destroy closes no fd; nothing reads the kind otherwise, since the desc is never registered
 	d.skip = m.skip
@@ -210,6 +210,9 @@ func runServeModel(m serveMachine, script string, timeout time.Duration) (err er
 	if idle, err := md.sc.handOff(false); err != nil || !idle {
 		return fmt.Errorf("the first hand-off: idle %v, %v", idle, err)
 	}
+	ctl := modelCtl
+	ctlHook.Store(&ctl)
+	defer ctlHook.Store(nil)
 	hook := md.window
 	testHookHandOff.Store(&hook)
 	defer testHookHandOff.Store(nil)

@@ -59,6 +59,8 @@ func (sc *serverConn) handOff(returned bool) (idle bool, err error) {
 	switch {
 	case d.closing():
 		return false, net.ErrClosed
+	case d.failed():
+		return false, d.checkDir(dr) // its registration is lost: no edge would come
 	case dr.expired():
 		if returned {
 			return false, os.ErrDeadlineExceeded
@@ -130,13 +132,14 @@ func (sc *serverConn) handOff(returned bool) (idle bool, err error) {
 // asks the socket before it calls the handler (handOff).
 func (sc *serverConn) start(byEdge bool) { go sc.run(byEdge) }
 
-// recheck is nudge's part for an idle served connection: Close or a read
-// deadline change. It starts the handler if the connection is closing or
-// its deadline has passed, and otherwise sets the idle timer.
+// recheck is nudge's part for an idle served connection: Close, a read
+// deadline change or a failed epoll_ctl (fail). It starts the handler if
+// the connection is closing, failed or its deadline has passed (its Read
+// then returns the error), and otherwise sets the idle timer.
 func (sc *serverConn) recheck() {
 	d := sc.desc()
 	dr := &d.rd
-	if d.closing() || dr.expired() {
+	if d.closing() || d.failed() || dr.expired() {
 		if dr.state.CompareAndSwap(stServe, stEmpty) {
 			sc.start(false)
 		}

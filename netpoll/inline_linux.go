@@ -123,7 +123,7 @@ func newInlineWait(p *poller) (*inlineWait, error) {
 	}
 	iw.kickfd = fd
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(fd)}
-	if err := unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+	if err := epollCtl(p.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		iw.close()
 		return nil, os.NewSyscallError("epoll_ctl", err)
 	}

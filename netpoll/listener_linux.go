@@ -319,26 +319,62 @@ func receive[T any](l *Listener, ch <-chan T, timed bool) (v T, err error) {
 
 // acceptor accepts on registration i and hands connections to Accept until
 // the listener closes. Errors other than closing are handed on too.
+//
+// A failed re-add of balancing (accepted) leaves registration i out of
+// epoll. Its error goes to an Accept, after the connection just accepted,
+// and the acceptor adds the registration again after a back-off (as
+// Accept backs off while out of fds: ENOMEM and ENOSPC pass), handing each
+// failed try's error to an Accept too, until one succeeds or the listener
+// closes. Meanwhile the other registrations take the socket's edges, and
+// this acceptor still accepts the turns balance hands it: it parks for
+// them with its back-off as its deadline (d.rd's deadline, which nothing
+// else uses on a shared registration).
 func (l *Listener) acceptor(i int) {
 	defer l.acceptors.Done()
 	d := l.ds[i]
 	gate := func() bool { return l.balance(i) }
+	var backoff time.Duration // not 0 while registration i is out of epoll
 	for {
 		c, err := l.acceptOn(d, d.p, gate, false)
 		if errors.Is(err, net.ErrClosed) {
 			return
 		}
-		if err == nil {
-			l.accepted(i)
-		}
-		select {
-		case l.conns <- acceptResult{c, err}:
-		case <-l.closed:
-			if c != nil {
-				c.Close()
+		var lost error // an epoll_ctl error that left registration i out of epoll
+		switch {
+		case err == nil:
+			lost = l.accepted(i, backoff == 0)
+		case backoff != 0 && errors.Is(err, os.ErrDeadlineExceeded):
+			err = nil // the back-off is over
+			if lost = l.reregister(d); lost == nil {
+				backoff = 0
+				d.rd.deadline.Store(0)
+				continue
 			}
+		}
+		if (c != nil || err != nil) && !l.handOn(acceptResult{c, err}) {
 			return
 		}
+		if lost != nil {
+			if !l.handOn(acceptResult{err: lost}) {
+				return
+			}
+			backoff = min(max(2*backoff, acceptBackoffMin), acceptBackoffMax)
+			d.rd.deadline.Store(time.Now().Add(backoff).UnixNano())
+		}
+	}
+}
+
+// handOn gives an acceptor's result to an Accept, or reports false once the
+// listener closes, closing the connection it carried.
+func (l *Listener) handOn(r acceptResult) bool {
+	select {
+	case l.conns <- r:
+		return true
+	case <-l.closed:
+		if r.c != nil {
+			r.c.Close()
+		}
+		return false
 	}
 }
 
@@ -415,25 +451,44 @@ func (l *Listener) acceptOn(d *desc, p *poller, gate func() bool, timed bool) (*
 //
 // Accepts stay spread while each connection wakes about one poller.
 
-// accepted counts an accept by registration i and requeues it if it is now
-// above the average.
-func (l *Listener) accepted(i int) {
+// accepted counts an accept by registration i and, if requeue is set,
+// requeues it if it is now above the average. It returns the requeue's
+// error, which leaves the registration out of epoll (acceptor).
+func (l *Listener) accepted(i int, requeue bool) error {
 	n := l.accepts[i].Add(1)
-	if l.sharing != Exclusive || len(l.accepts) == 1 {
-		return
+	if !requeue || l.sharing != Exclusive || len(l.accepts) == 1 {
+		return nil
 	}
 	total, _ := l.acceptTotals()
 	if n*uint64(len(l.accepts)) <= total {
-		return
+		return nil
 	}
 	d := l.ds[i]
 	if d.incref() != nil {
-		return
+		return nil
 	}
 	defer d.decref()
-	if d.p.requeue(d, unix.EPOLLEXCLUSIVE) == nil {
-		d.p.st.inc(cRotations)
+	if err := d.p.requeue(d, unix.EPOLLEXCLUSIVE); err != nil {
+		return err
 	}
+	d.p.st.inc(cRotations)
+	return nil
+}
+
+// reregister adds Exclusive registration d again after a failed requeue
+// left it out of epoll. EEXIST says the requeue's DEL was what failed, and
+// the registration never left. The reference keeps the ADD before the DEL
+// of a concurrent Close (destroy): after it, the registration would
+// outlive the listener in a dup of its socket (File).
+func (l *Listener) reregister(d *desc) error {
+	if d.incref() != nil {
+		return nil // closing: the acceptor's next acceptOn returns net.ErrClosed
+	}
+	defer d.decref()
+	if err := d.p.add(d, registration(d)|unix.EPOLLEXCLUSIVE); err != nil && !errors.Is(err, unix.EEXIST) {
+		return err
+	}
+	return nil
 }
 
 // balance runs before registration i tries accept4 and reports whether it
@@ -488,7 +543,11 @@ func (l *Listener) Close() error {
 }
 
 // closeRegistrations closes every registration, waits for the acceptors
-// and closes a shared socket.
+// and closes a shared socket. A registration's Close error, a failed
+// EPOLL_CTL_DEL, is dropped: ENOENT for one balancing left out of epoll
+// (acceptor) or one a failed re-arm removed (fail), and otherwise the
+// socket's close removes what is left, or, if File has a dup of it, its
+// events carry generations the poller drops as stale.
 func (l *Listener) closeRegistrations() {
 	for _, d := range l.ds {
 		d.close()

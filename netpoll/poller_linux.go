@@ -42,6 +42,7 @@ type poller struct {
 	shortRead bool // Config.ShortRead resolved: its connections skip after short transfers
 
 	table fdTable
+	ctl   ctlFailures // errors of descriptors a failed epoll_ctl lost
 
 	stopped chan struct{} // closed when the loop has returned
 
@@ -129,7 +130,7 @@ func newPoller(id int, cfg Config) (_ *poller, err error) {
 	}
 	// The eventfd is told apart by its fd number, which the table never holds.
 	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(p.evfd)}
-	if err = unix.EpollCtl(p.epfd, unix.EPOLL_CTL_ADD, p.evfd, &ev); err != nil {
+	if err = epollCtl(p.epfd, unix.EPOLL_CTL_ADD, p.evfd, &ev); err != nil {
 		return nil, os.NewSyscallError("epoll_ctl", err)
 	}
 	if p.strategy == WaitInline {
