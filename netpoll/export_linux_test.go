@@ -27,7 +27,7 @@ func FD(c any) int { return descOf(c).fd }
 // Gen returns the generation of a *Conn or *Listener's registration.
 func Gen(c any) uint32 { return descOf(c).gen }
 
-var stateNames = map[uint32]string{stEmpty: "idle", stReady: "ready", stWaiting: "waiting", stServe: "serve"}
+var stateNames = map[uint32]string{stEmpty: "empty", stReady: "ready", stWaiting: "waiting", stServe: "serve"}
 
 // ReadState returns the read direction's state: idle, ready or waiting.
 func ReadState(c any) string { return stateNames[descOf(c).rd.state.Load()] }
