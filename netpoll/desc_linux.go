@@ -521,7 +521,7 @@ func (d *desc) transfer(dr *dir, size int, op func() (int, error)) (int, error) 
 			return n, nil
 		case unix.EINTR:
 			continue
-		case unix.EAGAIN, errHandedOff:
+		case unix.EAGAIN, errTurnPassed:
 			if err == unix.EAGAIN {
 				d.p.st.op(d.fd, cEAGAIN)
 			}

@@ -378,9 +378,9 @@ func (l *Listener) handOn(r acceptResult) bool {
 	}
 }
 
-// errHandedOff makes an acceptor park as after EAGAIN, without a syscall,
-// when balance handed its turn to another registration.
-var errHandedOff = errors.New("accept handed off")
+// errTurnPassed makes an acceptor park as after EAGAIN, without a syscall,
+// when balance passed its turn to accept to another registration.
+var errTurnPassed = errors.New("accept turn passed")
 
 // acceptOn accepts one connection on d, parking on d's poller, retrying
 // ECONNABORTED and backing off while out of fds, and registers it on p.
@@ -398,7 +398,7 @@ func (l *Listener) acceptOn(d *desc, p *poller, gate func() bool, timed bool) (*
 		var raw unix.RawSockaddrAny
 		_, err := d.transfer(&d.rd, 0, func() (int, error) {
 			if gate != nil && !gate() {
-				return 0, errHandedOff
+				return 0, errTurnPassed
 			}
 			var err error
 			nfd, err = accept4(d.fd, &raw)
@@ -503,7 +503,7 @@ func (l *Listener) balance(i int) bool {
 		return true
 	}
 	l.ds[least].notify(&l.ds[least].rd)
-	l.ds[least].p.st.inc(cHandOffs)
+	l.ds[least].p.st.inc(cAcceptTurns)
 	return false
 }
 

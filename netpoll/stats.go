@@ -44,7 +44,7 @@ type PollerStats struct {
 	AcceptEAGAIN   uint64 // accept4 calls on this poller that found no connection (EAGAIN): a woken acceptor another took the connection from
 	AcceptBackoffs uint64 // accept back-offs while out of fds or memory
 	Rotations      uint64 // Exclusive listener registrations re-queued for balance
-	HandOffs       uint64 // accept edges handed to this poller for balance
+	HandOffs       uint64 // accept edges handed to this poller for balance (turns passed to it; the surface issue renames the exported statistics)
 
 	// Zero copy (Conn.ReadFrom, Conn.WriteTo), counted on the poller of
 	// the Conn whose method ran.
@@ -121,7 +121,7 @@ const (
 	cAcceptEAGAIN
 	cAcceptBackoffs
 	cRotations
-	cHandOffs
+	cAcceptTurns
 	cSendfiles
 	cSendfileBytes
 	cSplices
@@ -168,7 +168,7 @@ func (s *PollerStats) counters() [numCounters]*uint64 {
 		cAcceptEAGAIN:   &s.AcceptEAGAIN,
 		cAcceptBackoffs: &s.AcceptBackoffs,
 		cRotations:      &s.Rotations,
-		cHandOffs:       &s.HandOffs,
+		cAcceptTurns:    &s.HandOffs,
 		cSendfiles:      &s.Sendfiles,
 		cSendfileBytes:  &s.SendfileBytes,
 		cSplices:        &s.Splices,
