@@ -44,7 +44,7 @@ type PollerStats struct {
 	AcceptEAGAIN   uint64 // accept4 calls on this poller that found no connection (EAGAIN): a woken acceptor another took the connection from
 	AcceptBackoffs uint64 // accept back-offs while out of fds or memory
 	Rotations      uint64 // Exclusive listener registrations re-queued for balance
-	HandOffs       uint64 // accept edges handed to this poller for balance (turns passed to it; the surface issue renames the exported statistics)
+	HandOffs       uint64 // accept turns passed to this poller by balancing (an edge handed over)
 
 	// Zero copy (Conn.ReadFrom, Conn.WriteTo), counted on the poller of
 	// the Conn whose method ran.
