@@ -179,8 +179,10 @@ func TestServeIdleHoldsNoGoroutine(t *testing.T) {
 				roundTrip(t, c, fmt.Appendf(nil, "round %d conn %d %s", r, i, strings.Repeat("x", rng.IntN(300))))
 			}
 		}
-		if !await(stop, func() bool { st := s.Stats(); return st.Idle == conns && st.Running == 0 }) {
-			t.Fatalf("stats %+v: want %d idle, none running", s.Stats(), conns)
+		// A handing-off goroutine reports StateIdle just before it moves
+		// the read direction to serve: wait for both.
+		if !await(stop, func() bool { st := s.Stats(); return st.Idle == conns && st.Running == 0 && allServe(s) }) {
+			t.Fatalf("stats %+v: want %d idle, none running, every read direction in serve", s.Stats(), conns)
 		}
 		// Each connection idle holds no goroutine: the process has about
 		// as many as before (the accept loop, the pollers' goroutines).
@@ -977,4 +979,15 @@ func TestServeLabels(t *testing.T) {
 	if !strings.Contains(head, `"netpoll":"handler"`) {
 		t.Errorf("the handler's goroutine has no netpoll=handler label:\n%s", head)
 	}
+}
+
+// allServe reports whether every connection of s is idle, its read
+// direction in serve.
+func allServe(s *netpoll.Server) bool {
+	for c, state := range s.Conns() {
+		if state != netpoll.StateIdle || netpoll.ReadState(c) != "serve" {
+			return false
+		}
+	}
+	return true
 }
