@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -216,6 +217,29 @@ func accept4(fd int, raw *unix.RawSockaddrAny) (int, error) {
 
 // localTCPAddr is the socket's local TCP address, from getsockname with
 // no allocation; none if the kernel cannot say.
+// localAddrs hands out shared copies of a listener's local addresses:
+// every connection a listener accepts has the same local address, unless
+// it listens on a wildcard and connections arrive at several, so each
+// Conn points to one copy instead of holding its own (16 bytes of every
+// connection's 64-byte record). It keeps the last address handed out.
+type localAddrs struct {
+	last atomic.Pointer[tcpAddr] // never modified once stored
+}
+
+// intern returns a shared copy of a, or a new one for a nil l (a dialed
+// connection).
+func (l *localAddrs) intern(a tcpAddr) *tcpAddr {
+	if l == nil {
+		return &a
+	}
+	if p := l.last.Load(); p != nil && *p == a {
+		return p
+	}
+	p := &a
+	l.last.Store(p)
+	return p
+}
+
 func localTCPAddr(fd int) tcpAddr {
 	var raw unix.RawSockaddrAny
 	n := uint32(unix.SizeofSockaddrAny)

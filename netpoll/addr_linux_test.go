@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -101,5 +102,36 @@ func TestBadAddresses(t *testing.T) {
 				t.Errorf("%v does not wrap %v", err, tt.is)
 			}
 		})
+	}
+}
+
+// TestAcceptedLocalAddrs: connections accepted on a wildcard listener at
+// two local addresses, in turns, each report the address they arrived at
+// (the listener shares one copy of each between its connections).
+func TestAcceptedLocalAddrs(t *testing.T) {
+	g := newGroup(t, netpoll.Config{})
+	l, err := g.Listen(context.Background(), "tcp4", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	for i, host := range []string{"127.0.0.1", "127.0.0.2", "127.0.0.2", "127.0.0.1"} {
+		c, err := net.Dial("tcp4", net.JoinHostPort(host, strconv.Itoa(port)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		s, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if got, want := s.LocalAddr().String(), c.RemoteAddr().String(); got != want {
+			t.Errorf("connection %d: LocalAddr %s, want %s", i, got, want)
+		}
+		if got, want := s.RemoteAddr().String(), c.LocalAddr().String(); got != want {
+			t.Errorf("connection %d: RemoteAddr %s, want %s", i, got, want)
+		}
 	}
 }

@@ -20,10 +20,12 @@ const maxRW = 1 << 30
 // syscall.Conn.
 type Conn struct {
 	d *desc
-	// The addresses: TCP's kept compact (tcpAddr), a unix socket's
-	// *net.UnixAddr pair in uaddrs.
-	laddr, raddr tcpAddr
-	uaddrs       *[2]net.Addr
+	// The addresses: TCP's kept compact (tcpAddr), the local one shared
+	// by the connections a listener accepts on the same local address
+	// (localAddrs), a unix socket's *net.UnixAddr pair in uaddrs.
+	laddr  *tcpAddr
+	raddr  tcpAddr
+	uaddrs *[2]net.Addr
 }
 
 var (
@@ -153,7 +155,7 @@ func (c *Conn) Close() error {
 func (c *Conn) network() string { return networks[c.d.net] }
 
 // LocalAddr returns the local address: *net.TCPAddr or *net.UnixAddr.
-func (c *Conn) LocalAddr() net.Addr { return c.addr(0, &c.laddr) }
+func (c *Conn) LocalAddr() net.Addr { return c.addr(0, c.laddr) }
 
 // RemoteAddr returns the peer's address: *net.TCPAddr or *net.UnixAddr.
 func (c *Conn) RemoteAddr() net.Addr { return c.addr(1, &c.raddr) }

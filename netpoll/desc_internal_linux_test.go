@@ -3,6 +3,7 @@ package netpoll
 import (
 	"runtime"
 	"testing"
+	"unsafe"
 )
 
 // TestDescSize holds the descriptor, which every connection pays for
@@ -23,4 +24,12 @@ func TestDescSize(t *testing.T) {
 		t.Errorf("a descriptor allocates %d bytes, want %d", per, want)
 	}
 	runtime.KeepAlive(keep)
+}
+
+// TestConnSize holds a Conn, the other record every TCP connection pays
+// for, to 48 bytes: its local address is shared (localAddrs).
+func TestConnSize(t *testing.T) {
+	if n := unsafe.Sizeof(Conn{}); n > 48 {
+		t.Errorf("a Conn is %d bytes, want at most 48", n)
+	}
 }

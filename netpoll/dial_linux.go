@@ -59,7 +59,7 @@ func (g *Group) dialOne(ctx context.Context, network string, ep endpoint) (*Conn
 		unix.Close(fd)
 		return nil, os.NewSyscallError("connect", err)
 	}
-	c, err := g.newConn(fd, network, sockTCPAddr(ep.sa), ep.sa, g.pick())
+	c, err := g.newConn(fd, network, sockTCPAddr(ep.sa), ep.sa, g.pick(), nil)
 	if err != nil {
 		return nil, err
 	}

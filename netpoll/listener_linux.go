@@ -34,6 +34,7 @@ type Listener struct {
 	ds      []*desc // registrations: one, or one per poller
 	fd      int     // Exclusive, WakeAll: the socket every registration shares; else -1
 
+	locals    localAddrs        // the local address its connections share
 	conns     chan acceptResult // acceptors to Accept; unbuffered, so the kernel queues
 	acceptors sync.WaitGroup
 	accepts   []atomic.Uint64 // connections accepted per registration
@@ -414,7 +415,7 @@ func (l *Listener) acceptOn(d *desc, p *poller, gate func() bool, timed bool) (*
 			if raw.Addr.Family == unix.AF_UNIX {
 				rsa, _ = unix.Getpeername(nfd) // rare: unnamed, mostly
 			}
-			return l.inherit(l.g.newConn(nfd, l.network, rawTCPAddr(&raw), rsa, p))
+			return l.inherit(l.g.newConn(nfd, l.network, rawTCPAddr(&raw), rsa, p, &l.locals))
 		case unix.ECONNABORTED:
 			continue
 		case unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM:
@@ -604,7 +605,10 @@ func (l *Listener) opError(op string, err error) error {
 
 // newConn registers an accepted or connected fd on p and wraps it. On
 // failure the fd is closed.
-func (g *Group) newConn(fd int, network string, raddr tcpAddr, rsa unix.Sockaddr, p *poller) (*Conn, error) {
+//
+// locals, when not nil, lends the connection a local address it holds
+// already (a listener's connections share theirs).
+func (g *Group) newConn(fd int, network string, raddr tcpAddr, rsa unix.Sockaddr, p *poller, locals *localAddrs) (*Conn, error) {
 	if network != "unix" {
 		// TCP_NODELAY on by default, as in package net.
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1); err != nil {
@@ -622,7 +626,7 @@ func (g *Group) newConn(fd int, network string, raddr tcpAddr, rsa unix.Sockaddr
 			c.uaddrs[1] = &net.UnixAddr{Net: "unix"}
 		}
 	} else {
-		c.laddr, c.raddr = localTCPAddr(fd), raddr
+		c.laddr, c.raddr = locals.intern(localTCPAddr(fd)), raddr
 	}
 	if err := p.register(c.d, 0); err != nil {
 		unix.Close(fd)
