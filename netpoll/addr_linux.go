@@ -230,12 +230,15 @@ type localAddrs struct {
 // connection).
 func (l *localAddrs) intern(a tcpAddr) *tcpAddr {
 	if l == nil {
-		return &a
+		p := new(tcpAddr)
+		*p = a
+		return p
 	}
 	if p := l.last.Load(); p != nil && *p == a {
 		return p
 	}
-	p := &a
+	p := new(tcpAddr) // not &a: a would escape, and be allocated on a hit too
+	*p = a
 	l.last.Store(p)
 	return p
 }

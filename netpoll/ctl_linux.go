@@ -26,10 +26,18 @@ import (
 // call this package makes (the fault-injection seam of ctlerr_linux_test.go).
 var ctlHook atomic.Pointer[func(epfd, op, fd int, event *unix.EpollEvent) error]
 
-// epollCtl is epoll_ctl(2), or ctlHook's fault.
+// epollCtl is epoll_ctl(2), or ctlHook's fault. The hook gets a copy of
+// the event: passing event itself to a call through a pointer would make
+// it escape, and every caller's event (a MOD per park in OneShot mode)
+// be allocated.
 func epollCtl(epfd, op, fd int, event *unix.EpollEvent) error {
 	if h := ctlHook.Load(); h != nil {
-		return (*h)(epfd, op, fd, event)
+		var ev *unix.EpollEvent
+		if event != nil {
+			ev = new(unix.EpollEvent)
+			*ev = *event
+		}
+		return (*h)(epfd, op, fd, ev)
 	}
 	return unix.EpollCtl(epfd, op, fd, event)
 }

@@ -84,13 +84,18 @@ func liveHeap() heapFigures {
 
 // TestParkAllocatesNothing: a goroutine-per-connection round trip, both
 // ends parking in Read each time (with and without a read deadline),
-// allocates nothing in steady state: a direction keeps its wake channel
-// (and its deadline timer) from one park to the next, and gives the
-// channel back only when a Server hands the connection off.
+// allocates nothing in steady state, in every mode: a direction keeps its
+// token channel (and its deadline timer) from one park to the next, and
+// gives the channel back only when a Server hands the connection off; the
+// re-arm a OneShot park makes passes its epoll event on the stack.
 func TestParkAllocatesNothing(t *testing.T) {
-	for _, deadline := range []bool{false, true} {
-		t.Run(fmt.Sprintf("deadline=%v", deadline), func(t *testing.T) {
-			g := newGroup(t, netpoll.Config{SpinPolicy: netpoll.SpinFixed}) // no spinning: every Read parks
+	for _, tt := range []struct {
+		mode     netpoll.Mode
+		deadline bool
+	}{{netpoll.EdgeTriggered, false}, {netpoll.EdgeTriggered, true}, {netpoll.OneShot, false}, {netpoll.LevelTriggered, false}} {
+		deadline := tt.deadline
+		t.Run(fmt.Sprintf("mode=%v/deadline=%v", tt.mode, deadline), func(t *testing.T) {
+			g := newGroup(t, netpoll.Config{Mode: tt.mode, SpinPolicy: netpoll.SpinFixed}) // no spinning: every Read parks
 			l := listen(t, g, "tcp")
 			client, server := pipe(t, g, l)
 			go func() {
