@@ -353,15 +353,15 @@
 // checks.
 //
 // What an idle connection costs (netpollbench's idle experiment, 18,000
-// connections, testdata/issue22/ondemand/run3): 0.47 KiB of resident
-// memory as it is, 0.42 after runtime.GC and debug.FreeOSMemory, against
-// 7.70 on package net with net/http's 4 KiB buffer and 3.38 with WaitRead;
-// 400 bytes of live heap in 3 objects (the descriptor, 256 bytes; the
-// Conn, 64; the Server's record, 64). After a burst in which every
-// connection was active at once, 1.54 KiB: the runtime keeps the
-// goroutines it made. The kernel's socket memory, which every library
-// pays, is about 4.5 KiB per socket here (Slab). So a million idle
-// connections need about 0.5 GB in the process and 4.5 GB in the kernel,
+// connections, testdata/issue32/idle): 0.34 KiB of resident memory as it
+// is, 0.30 after runtime.GC and debug.FreeOSMemory, against 7.71 on
+// package net with net/http's 4 KiB buffer; 267 bytes of live heap in 3
+// objects (the descriptor, 144 bytes; the Conn, 48; the Server's record,
+// 64) and its fd table slot. After a burst in which every connection was
+// active at once, about 1.4 KiB: the runtime keeps the goroutines it
+// made. The kernel's socket memory, which every library pays, is about
+// 4.5 KiB per socket here (Slab). So a million idle
+// connections need about 0.35 GB in the process and 4.5 GB in the kernel,
 // and a limit of more than a million open files (RLIMIT_NOFILE,
 // fs.nr_open). The garbage collector no longer scans a stack per idle
 // connection, but with GOGC's default it collects the small heap more
