@@ -171,8 +171,12 @@ func sockTCPAddr(sa unix.Sockaddr) tcpAddr {
 	return tcpAddr{}
 }
 
-// addr returns a as package net shows it: a new *net.TCPAddr, or nil.
+// addr returns a as package net shows it: a new *net.TCPAddr, or nil (for
+// a nil a too: a Conn made without addresses).
 func (a *tcpAddr) addr() net.Addr {
+	if a == nil {
+		return nil
+	}
 	switch a.fam {
 	case 4:
 		return &net.TCPAddr{IP: net.IP(append(make([]byte, 0, 4), a.ip[:4]...)), Port: int(a.port)}
