@@ -119,11 +119,12 @@ func AdoptFD(g *Group, fd int) (*Conn, error) {
 // ResetDefault forgets the default group so the next Listen or Dial reads
 // NETPOLL again. The old group, if any, is closed.
 func ResetDefault() {
+	defaultGroup.mu.Lock()
+	defer defaultGroup.mu.Unlock()
 	if defaultGroup.g != nil {
 		defaultGroup.g.Close()
 	}
-	defaultGroup.g, defaultGroup.err = nil, nil
-	defaultGroup.once = sync.Once{}
+	defaultGroup.g, defaultGroup.cfgErr, defaultGroup.read = nil, nil, false
 }
 
 // PollerOf returns the index of the poller a *Conn is registered on.

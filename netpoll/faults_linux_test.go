@@ -525,7 +525,7 @@ func TestFaultAcceptOutOfFDs(t *testing.T) {
 			// Out of fds: the soft limit just above what is open, and the
 			// gap filled. From here until the fds are freed, nothing in the
 			// test may open one (no countFDs, no t.TempDir).
-			free := exhaustFDs(t, socks[0])
+			free := exhaustFDs(t, socks[0], 0)
 			defer free()
 
 			before := g.Stats().Total
@@ -616,36 +616,9 @@ func TestNewOutOfFDs(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			goroutines, fds := runtime.NumGoroutine(), countFDs(t)
-			var old unix.Rlimit
-			if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
-				t.Fatal(err)
-			}
-			low := unix.Rlimit{Cur: uint64(fds + 16), Max: old.Max}
-			if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &low); err != nil {
-				t.Fatal(err)
-			}
-			var fillers []int
-			for {
-				fd, err := unix.Dup(0)
-				if err == unix.EMFILE {
-					break
-				}
-				if err != nil {
-					t.Fatalf("dup: %v", err)
-				}
-				fillers = append(fillers, fd)
-			}
-			for _, fd := range fillers[len(fillers)-tt.free:] {
-				unix.Close(fd)
-			}
-			fillers = fillers[:len(fillers)-tt.free]
+			release := exhaustFDs(t, 0, tt.free)
 			g, err := netpoll.New(tt.cfg)
-			for _, fd := range fillers {
-				unix.Close(fd)
-			}
-			if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
-				t.Errorf("restoring RLIMIT_NOFILE: %v", err)
-			}
+			release()
 			if g != nil {
 				g.Close()
 			}
@@ -666,10 +639,11 @@ func TestNewOutOfFDs(t *testing.T) {
 }
 
 // exhaustFDs puts the process out of fds: the soft RLIMIT_NOFILE just above
-// what is open, and the gap filled with dups of sock. Until free is
-// called, nothing may open an fd (no countFDs, no t.TempDir). free closes
-// the fillers and restores the limit; it may be called more than once.
-func exhaustFDs(t *testing.T, sock int) (free func()) {
+// what is open, and the gap filled with dups of sock but for keep fds left
+// free. Until free is called, nothing may open an fd (no countFDs, no
+// t.TempDir) but what the caller means to. free closes the fillers and
+// restores the limit; it may be called more than once.
+func exhaustFDs(t *testing.T, sock, keep int) (free func()) {
 	t.Helper()
 	var old unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
@@ -696,6 +670,10 @@ func exhaustFDs(t *testing.T, sock int) (free func()) {
 	for {
 		fd, err := unix.Dup(sock)
 		if err == unix.EMFILE {
+			for range min(keep, len(fillers)) {
+				unix.Close(fillers[len(fillers)-1])
+				fillers = fillers[:len(fillers)-1]
+			}
 			return free
 		}
 		if err != nil {
@@ -944,4 +922,44 @@ func TestFaultSlowReader(t *testing.T) {
 			by.check(t, "after the slow reader")
 		})
 	}
+}
+
+// TestDefaultRetriesAfterEMFILE: the first package-level Listen, made with
+// no fd free, fails with an error wrapping EMFILE; once fds are free again
+// the next Listen and Dial build the default group and work. (The default
+// group's first error used to be kept for the life of the process.)
+func TestDefaultRetriesAfterEMFILE(t *testing.T) {
+	warm, err := netpoll.New(netpoll.Config{}) // the runtime's poller and W, initialised
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm.Close()
+	t.Setenv(netpoll.EnvVar, "")
+	netpoll.ResetDefault()
+	defer netpoll.ResetDefault()
+	release := exhaustFDs(t, 0, 0)
+	l, err := netpoll.Listen("tcp", "127.0.0.1:0")
+	release()
+	if err == nil {
+		l.Close()
+		t.Fatal("Listen with no fd free succeeded")
+	}
+	if !errors.Is(err, unix.EMFILE) {
+		t.Fatalf("Listen with no fd free: %v, want an error wrapping EMFILE", err)
+	}
+	l, err = netpoll.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("Listen with fds free again: %v", err)
+	}
+	defer l.Close()
+	c, err := netpoll.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	defer c.Close()
+	s, err := l.Accept()
+	if err != nil {
+		t.Fatalf("Accept: %v", err)
+	}
+	s.Close()
 }

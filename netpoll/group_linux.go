@@ -144,23 +144,37 @@ func (g *Group) Dial(ctx context.Context, network, address string) (net.Conn, er
 // The default group, built on first use from the NETPOLL environment
 // variable (see ParseConfig), serves the package-level Listen and Dial.
 var defaultGroup struct {
-	once sync.Once
-	g    *Group
-	err  error
+	mu     sync.Mutex // guards the fields below
+	g      *Group
+	cfg    Config
+	cfgErr error // a bad NETPOLL: kept, since the environment is read once
+	read   bool  // NETPOLL has been read
 }
 
 // Default returns the group behind Listen and Dial, creating it from the
 // NETPOLL environment variable on first use. A bad NETPOLL is an error
-// naming the bad key or value, returned by every call.
+// naming the bad key or value, returned by every call. An error creating
+// the group (out of fds, say) is returned to that call only: the next
+// call tries again.
 func Default() (*Group, error) {
-	defaultGroup.once.Do(func() {
-		cfg, err := configFromEnv()
-		if err == nil {
-			defaultGroup.g, err = New(cfg)
-		}
-		defaultGroup.err = err
-	})
-	return defaultGroup.g, defaultGroup.err
+	defaultGroup.mu.Lock()
+	defer defaultGroup.mu.Unlock()
+	if defaultGroup.g != nil {
+		return defaultGroup.g, nil
+	}
+	if !defaultGroup.read {
+		defaultGroup.cfg, defaultGroup.cfgErr = configFromEnv()
+		defaultGroup.read = true
+	}
+	if defaultGroup.cfgErr != nil {
+		return nil, defaultGroup.cfgErr
+	}
+	g, err := New(defaultGroup.cfg)
+	if err != nil {
+		return nil, err
+	}
+	defaultGroup.g = g
+	return g, nil
 }
 
 // Listen announces on address using the default group.

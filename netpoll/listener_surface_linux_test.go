@@ -303,7 +303,7 @@ func TestListenerDeadlineEndsBackoff(t *testing.T) {
 
 	// Out of fds, as in TestFaultAcceptOutOfFDs: until free, nothing here
 	// may open one.
-	free := exhaustFDs(t, sock)
+	free := exhaustFDs(t, sock, 0)
 	defer free()
 	before := g.Stats().Total.AcceptBackoffs
 	sa := &unix.SockaddrInet4{Port: l.Addr().(*net.TCPAddr).Port, Addr: [4]byte{127, 0, 0, 1}}
