@@ -17,6 +17,14 @@ import (
 // garbage and holds mu for a moment however many connections there are. A
 // flat slice, doubled and copied, held 16 bytes per connection at 18,000
 // (half of it the copies' garbage until a collection).
+//
+// Invariant that lets get run without mu: a chunk, once stored in the
+// directory, stays there for good, and a grown directory holds the same
+// chunk pointers as the one it replaces. So a reader that loaded an older
+// directory finds every chunk that existed then, and a slot is only ever
+// written through its one chunk. A descriptor is stored in its slot (after
+// its chunk is in the directory) before the epoll_ctl that registers it,
+// so the poller that gets its first event finds it.
 type fdTable struct {
 	mu  sync.Mutex                                // serializes insert, clear and growth
 	dir atomic.Pointer[[]atomic.Pointer[fdSlots]] // the chunks by fd/fdChunk; replaced whole on growth, under mu
