@@ -55,7 +55,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 		n, err = d.transfer(&d.rd, len(b), func() (int, error) { return unix.Read(d.fd, b) })
 	}
 	if err != nil {
-		if err != os.ErrDeadlineExceeded && err != net.ErrClosed && err != errServed {
+		if err != os.ErrDeadlineExceeded && err != net.ErrClosed && err != ErrServed {
 			d.rd.ended = true
 		}
 		return 0, c.opError("read", syscallErr("read", err))

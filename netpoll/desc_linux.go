@@ -374,7 +374,7 @@ func (d *desc) awaitReady(dr *dir) (parked bool, err error) {
 		if dr.state.Load() == stServe {
 			// A Read on an idle connection served on demand, from
 			// outside its handler: the Server waits for it.
-			return parked, errServed
+			return parked, ErrServed
 		}
 		if h := testHookBeforePark; h != nil {
 			h(d, dr)

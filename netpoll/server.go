@@ -67,9 +67,11 @@ func (s ConnState) String() string {
 // ErrServerClosed is returned by Server.Serve after Shutdown or Close.
 var ErrServerClosed = errors.New("netpoll: Server closed")
 
-// errServed is a Read's error on an idle connection served on demand,
-// from a goroutine other than its handler's: the Server is waiting for it.
-var errServed = errors.New("netpoll: read on an idle connection served on demand, outside its handler")
+// ErrServed is what a Read (or WaitRead) from outside the handler gets on
+// an idle connection served on demand, wrapped in a *net.OpError: the
+// Server is waiting for the connection's next input. Match it with
+// errors.Is.
+var ErrServed = errors.New("netpoll: read on an idle connection served on demand, outside its handler")
 
 // A Server serves connections on demand: it runs a Handler on a goroutine
 // only while a connection has work, so that an idle connection costs no
