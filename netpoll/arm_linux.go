@@ -11,7 +11,7 @@ import (
 // readInterest is what d's readers wait for. A connection that skips after
 // short reads also asks for EPOLLPRI, in every mode: a read stops short at
 // urgent data's mark with the rest already queued, and only the sticky bit
-// tells (a LevelTriggered poller nested in the runtime's netpoller does not
+// tells (a levelTriggered poller nested in the runtime's netpoller does not
 // report a level that is still pending again, see TestShortReadPending).
 func readInterest(d *desc) uint32 {
 	switch {
@@ -27,9 +27,9 @@ func readInterest(d *desc) uint32 {
 func registration(d *desc) uint32 {
 	in := readInterest(d)
 	switch d.mode {
-	case OneShot:
+	case oneShot:
 		return unix.EPOLLONESHOT // disarmed: each park arms what it waits for
-	case LevelTriggered:
+	case levelTriggered:
 		return in // EPOLLOUT is armed only while a writer is parked
 	default:
 		ev := in | unix.EPOLLET
@@ -46,7 +46,7 @@ func (p *poller) register(d *desc, extra uint32) error {
 	d.p = p
 	d.mode = p.mode
 	if d.kind == kindShared {
-		d.mode = EdgeTriggered
+		d.mode = edgeTriggered
 	}
 	d.skip = p.shortRead && d.kind == kindConn
 	ev := registration(d)
@@ -105,7 +105,7 @@ func (p *poller) unregister(d *desc) error {
 // d.armMu held.
 func (p *poller) modify(d *desc, events uint32) error {
 	flags := uint32(0)
-	if d.mode == OneShot {
+	if d.mode == oneShot {
 		flags = unix.EPOLLONESHOT
 	}
 	e := unix.EpollEvent{Events: events | flags, Fd: int32(d.fd), Pad: int32(d.gen)}
@@ -117,13 +117,13 @@ func (p *poller) modify(d *desc, events uint32) error {
 	return nil
 }
 
-// interest is what d must be armed for given who is parked: OneShot arms
-// exactly the parked directions, LevelTriggered keeps reading armed and adds
+// interest is what d must be armed for given who is parked: oneShot arms
+// exactly the parked directions, levelTriggered keeps reading armed and adds
 // EPOLLOUT while a writer is parked.
 func interest(d *desc) uint32 {
 	var ev uint32
 	in := readInterest(d)
-	if d.mode == LevelTriggered || readWaits(d) {
+	if d.mode == levelTriggered || readWaits(d) {
 		ev |= in
 	}
 	if d.wr.state.Load() == stWaiting {
@@ -140,13 +140,13 @@ func readWaits(d *desc) bool {
 }
 
 // armForPark makes sure an event will come for a direction about to park.
-// EdgeTriggered: nothing to do, ever. OneShot: re-arm (one EPOLL_CTL_MOD per
-// park). LevelTriggered: only if the wanted interest is not armed already.
+// edgeTriggered: nothing to do, ever. oneShot: re-arm (one EPOLL_CTL_MOD per
+// park). levelTriggered: only if the wanted interest is not armed already.
 // An error fails d (fail): the registration may be gone (a DEL whose ADD
 // failed), and with armed unchanged a later park would find its interest
 // "armed" and wait for good.
 func (p *poller) armForPark(d *desc, dr *dir) error {
-	if d.mode == EdgeTriggered {
+	if d.mode == edgeTriggered {
 		return nil
 	}
 	d.armMu.Lock()
@@ -164,10 +164,10 @@ func (p *poller) armForPark(d *desc, dr *dir) error {
 // arm is armForPark's epoll_ctl, with d.armMu held.
 func (p *poller) arm(d *desc) error {
 	want := interest(d)
-	if d.mode == LevelTriggered && d.armed.Load() == want {
+	if d.mode == levelTriggered && d.armed.Load() == want {
 		return nil
 	}
-	if d.mode == LevelTriggered && p.nested() {
+	if d.mode == levelTriggered && p.nested() {
 		// DEL and ADD, not MOD. epoll re-links a level-triggered item in
 		// its ready list when it reports it, without a wakeup, and a MOD
 		// of a linked item makes no wakeup either (ep_modify wakes only
@@ -186,17 +186,17 @@ func (p *poller) arm(d *desc) error {
 	return p.modify(d, want)
 }
 
-// rearmAfterEvent runs on the poller after an event for d in OneShot or
-// LevelTriggered mode. OneShot: the kernel disarmed the whole fd, so a
-// direction still parked must be armed again. LevelTriggered: drop EPOLLOUT
+// rearmAfterEvent runs on the poller after an event for d in oneShot or
+// levelTriggered mode. oneShot: the kernel disarmed the whole fd, so a
+// direction still parked must be armed again. levelTriggered: drop EPOLLOUT
 // once no writer is parked, or it would fire on every epoll_wait. An error
-// fails d: the parked direction would wait for good (OneShot), or EPOLLOUT
-// fire until Close (LevelTriggered).
+// fails d: the parked direction would wait for good (oneShot), or EPOLLOUT
+// fire until Close (levelTriggered).
 func (p *poller) rearmAfterEvent(d *desc) {
-	if d.mode == OneShot && !readWaits(d) && d.wr.state.Load() != stWaiting {
+	if d.mode == oneShot && !readWaits(d) && d.wr.state.Load() != stWaiting {
 		return
 	}
-	if d.mode == LevelTriggered && d.armed.Load()&unix.EPOLLOUT == 0 {
+	if d.mode == levelTriggered && d.armed.Load()&unix.EPOLLOUT == 0 {
 		return
 	}
 	// A reference, so that d's fd is not closed (and its number reused by
@@ -212,7 +212,7 @@ func (p *poller) rearmAfterEvent(d *desc) {
 		return
 	}
 	want := interest(d)
-	if (d.mode == OneShot && want != 0) || (d.mode == LevelTriggered && want != d.armed.Load()) {
+	if (d.mode == oneShot && want != 0) || (d.mode == levelTriggered && want != d.armed.Load()) {
 		if err := p.modify(d, want); err != nil {
 			p.fail(d, err)
 		}

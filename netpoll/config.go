@@ -2,37 +2,69 @@ package netpoll
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
-// Mode is how a descriptor is registered with its poller's epoll instance.
-type Mode uint8
+// Config configures a Group. The zero value is the default: one poller,
+// one acceptor per listener, adaptive spinning, TCP keep-alive as package
+// net sets it.
+//
+// The lab's experiment axes (how descriptors are registered, how a poller
+// waits, a fixed spin budget, busy polling, wake-all sharing, short reads)
+// are not fields: they are chosen by the Experiment string, in the syntax
+// of the NETPOLL environment variable (ParseConfig).
+type Config struct {
+	// Pollers is the number of epoll pollers; 0 means DefaultPollers.
+	// Connections are spread over them round robin.
+	Pollers int
 
-const (
-	// EdgeTriggered registers EPOLLIN|EPOLLOUT|EPOLLRDHUP|EPOLLET once when
-	// the descriptor opens and never calls epoll_ctl again until it closes.
-	EdgeTriggered Mode = iota
-	// OneShot registers with EPOLLONESHOT and re-arms with EPOLL_CTL_MOD
-	// before every park: one extra syscall per blocking operation. It is
-	// the baseline the other modes are measured against.
-	OneShot
-	// LevelTriggered registers EPOLLIN|EPOLLRDHUP once, without EPOLLET.
-	// See doc.go for how repeated level events and writes are handled.
-	LevelTriggered
-)
+	// Sharing is how the pollers share a listening socket. The zero value,
+	// Single, has one poller accept for each listener, as package net does.
+	Sharing Sharing
 
-var modeNames = [...]string{EdgeTriggered: "et", OneShot: "oneshot", LevelTriggered: "lt"}
+	// DisableSpin turns adaptive spinning off: a poller with no events
+	// blocks at once. By default a poller decides at each idle moment
+	// whether a short spin is likely to find the next event sooner than a
+	// wakeup would deliver it, and what the spin may cost (DESIGN.md).
+	DisableSpin bool
 
-// String returns the short name used in NETPOLL and in benchmark labels.
-func (m Mode) String() string {
-	if int(m) < len(modeNames) {
-		return modeNames[m]
-	}
-	return "Mode(" + strconv.Itoa(int(m)) + ")"
+	// KeepAlive and KeepAliveConfig set TCP keep-alive on accepted and
+	// dialed TCP connections with package net's meaning (net.ListenConfig
+	// and net.Dialer): by default probes are on, after 15 seconds idle,
+	// every 15 seconds, 9 of them. A negative KeepAlive turns them off
+	// unless KeepAliveConfig.Enable is true; a positive one sets the idle
+	// time and the interval.
+	KeepAlive       time.Duration
+	KeepAliveConfig net.KeepAliveConfig
+
+	// Control, if not nil, is called after a socket is created and before
+	// it is bound (Listen, for each socket) or connected (Dial), as
+	// net.ListenConfig.Control and net.Dialer.Control are. The connections
+	// of a Control'd listener or dial try every Read and Write syscall
+	// first, as package net does: the hook may have set options, such as
+	// SO_RCVLOWAT, under which a short read does not prove the socket
+	// drained.
+	Control func(network, address string, c syscall.RawConn) error
+
+	// Experiment chooses the lab's settings in the NETPOLL syntax
+	// (ParseConfig), for example "mode=oneshot,wait=block". Its keys may
+	// not contradict the fields above: a key set both ways is a
+	// *ConfigError.
+	Experiment string
 }
+
+// DefaultPollers is the number of pollers a Group gets when Config.Pollers
+// is zero.
+const DefaultPollers = 1
+
+// MaxPollers bounds Config.Pollers; more epoll instances than this is a
+// configuration mistake, not a tuning choice.
+const MaxPollers = 1024
 
 // Sharing is how the pollers of a group share a listening socket.
 type Sharing uint8
@@ -40,18 +72,24 @@ type Sharing uint8
 const (
 	// Single has one poller accept for the listener, as package net does.
 	Single Sharing = iota
-	// Exclusive adds the listening fd to every poller with EPOLLEXCLUSIVE.
+	// Exclusive adds the listening socket to every poller with
+	// EPOLLEXCLUSIVE, so that a connection wakes one of them. The pollers
+	// block in their own epoll_wait on a dedicated thread each (wait=block):
+	// the kernel stops an exclusive wakeup only at a thread asleep there.
 	Exclusive
-	// WakeAll adds the listening fd to every poller without EPOLLEXCLUSIVE:
-	// the thundering-herd baseline.
-	WakeAll
-	// ReusePort opens one SO_REUSEPORT socket per poller.
+	// ReusePort opens one SO_REUSEPORT socket per poller: the kernel
+	// spreads connections over them by a hash of the peer's address.
 	ReusePort
+
+	// wakeAll adds the listening socket to every poller without
+	// EPOLLEXCLUSIVE: the thundering-herd baseline, chosen only by the
+	// experiment string (sharing=wakeall).
+	wakeAll
 )
 
-var sharingNames = [...]string{Single: "single", Exclusive: "exclusive", WakeAll: "wakeall", ReusePort: "reuseport"}
+var sharingNames = [...]string{Single: "single", Exclusive: "exclusive", ReusePort: "reuseport", wakeAll: "wakeall"}
 
-// String returns the short name used in NETPOLL and in benchmark labels.
+// String returns the name used in NETPOLL: single, exclusive or reuseport.
 func (s Sharing) String() string {
 	if int(s) < len(sharingNames) {
 		return sharingNames[s]
@@ -59,148 +97,73 @@ func (s Sharing) String() string {
 	return "Sharing(" + strconv.Itoa(int(s)) + ")"
 }
 
-// Wait is how a poller waits for events when it has none.
-type Wait uint8
+// regMode is how a descriptor is registered with its poller's epoll
+// instance (the experiment key mode).
+type regMode uint8
 
 const (
-	// WaitDefault, the zero value, is WaitNested, or WaitBlock with
-	// Sharing Exclusive: EPOLLEXCLUSIVE needs pollers asleep in their own
-	// epoll_wait (doc.go, "Pollers and sharing").
-	WaitDefault Wait = iota
-	// WaitNested parks the poller's epoll fd in the Go runtime's own
+	// edgeTriggered registers EPOLLIN|EPOLLOUT|EPOLLRDHUP|EPOLLET once when
+	// the descriptor opens and never calls epoll_ctl again until it closes.
+	edgeTriggered regMode = iota
+	// oneShot registers with EPOLLONESHOT and re-arms with EPOLL_CTL_MOD
+	// before every park: one extra syscall per blocking operation. It is
+	// the baseline the other modes are measured against.
+	oneShot
+	// levelTriggered registers EPOLLIN|EPOLLRDHUP once, without EPOLLET
+	// (DESIGN.md for how repeated level events and writes are handled).
+	levelTriggered
+)
+
+var modeNames = [...]string{edgeTriggered: "et", oneShot: "oneshot", levelTriggered: "lt"}
+
+func (m regMode) String() string { return modeNames[m] }
+
+// waitKind is how a poller waits for events when it has none (the
+// experiment key wait).
+type waitKind uint8
+
+const (
+	// waitDefault resolves to waitBlock with Exclusive sharing, else to
+	// waitNested (settings.wait).
+	waitDefault waitKind = iota
+	// waitNested parks the poller's epoll fd in the Go runtime's own
 	// netpoller: no OS thread is dedicated to the poller, and the goroutines
-	// it wakes run on the thread that woke it. The default; see loop_linux.go
-	// and the recorded runs in testdata/core/ for why.
-	WaitNested
-	// WaitBlock dedicates a locked OS thread that blocks in epoll_wait(-1).
-	WaitBlock
-	// WaitInline is WaitNested where the operation about to park, when no
+	// it wakes run on the thread that woke it (loop_linux.go).
+	waitNested
+	// waitBlock dedicates a locked OS thread that blocks in epoll_wait(-1).
+	waitBlock
+	// waitInline is waitNested where the operation about to park, when no
 	// other watches the epoll fd, waits on it itself: the runtime's
-	// netpoller wakes it directly, one goroutine hop where WaitNested takes
-	// two. See inline_linux.go.
-	WaitInline
+	// netpoller wakes it directly, one goroutine hop where waitNested takes
+	// two (inline_linux.go).
+	waitInline
 )
 
-var waitNames = [...]string{WaitDefault: "default", WaitNested: "nested", WaitBlock: "block", WaitInline: "inline"}
+var waitNames = [...]string{waitDefault: "default", waitNested: "nested", waitBlock: "block", waitInline: "inline"}
 
-// String returns the short name used in NETPOLL and in benchmark labels.
-func (w Wait) String() string {
-	if int(w) < len(waitNames) {
-		return waitNames[w]
-	}
-	return "Wait(" + strconv.Itoa(int(w)) + ")"
-}
-
-// SpinPolicy says who sets a poller's spin budget (Config.SpinPolicy).
-type SpinPolicy uint8
-
-const (
-	// SpinDefault, the zero value, follows Config.Spin: a non-zero Spin is
-	// a fixed budget, and Spin 0 is SpinAuto, the default since it was
-	// measured to be no worse than not spinning in CPU and latency and as
-	// fast as spinning forever back to back (doc.go, "Spinning").
-	SpinDefault SpinPolicy = iota
-	// SpinAuto lets each poller decide at every idle moment whether to spin
-	// and for how long, from the gaps between its events, whether its
-	// recent spins found an event, and what a block and wakeup cost on the
-	// running machine. Config.Spin must be 0. See doc.go, "Spinning".
-	SpinAuto
-	// SpinFixed makes Config.Spin the budget even when it is 0: never
-	// spin, the behaviour before SpinAuto was the default. It is what
-	// NETPOLL's spin=0 parses to.
-	SpinFixed
-)
-
-var spinPolicyNames = [...]string{SpinDefault: "default", SpinAuto: "auto", SpinFixed: "fixed"}
-
-// String returns the short name of the policy.
-func (s SpinPolicy) String() string {
-	if int(s) < len(spinPolicyNames) {
-		return spinPolicyNames[s]
-	}
-	return "SpinPolicy(" + strconv.Itoa(int(s)) + ")"
-}
-
-// ShortRead says whether a connection skips, after a Read or Write that
-// moved fewer bytes than asked, the syscall that would return EAGAIN
-// (Config.ShortRead). See doc.go, "Short reads".
-type ShortRead uint8
-
-const (
-	// ShortReadDefault, the zero value, is ShortReadOn: measured to save
-	// a syscall per request and no CPU (doc.go, "Short reads").
-	ShortReadDefault ShortRead = iota
-	// ShortReadOn skips: after a short transfer the next one in the same
-	// direction parks first, unless an edge came since, except on a
-	// connection whose events announced urgent data, end of input, a
-	// hang-up or an error, or whose fd user code has had (RawConn).
-	ShortReadOn
-	// ShortReadOff makes every Read and Write try its syscall first, as
-	// package net does.
-	ShortReadOff
-)
-
-var shortReadNames = [...]string{ShortReadDefault: "default", ShortReadOn: "on", ShortReadOff: "off"}
-
-// String returns the short name used in NETPOLL.
-func (s ShortRead) String() string {
-	if int(s) < len(shortReadNames) {
-		return shortReadNames[s]
-	}
-	return "ShortRead(" + strconv.Itoa(int(s)) + ")"
-}
-
-// shortReadDefault is what ShortReadDefault means.
-const shortReadDefault = true
+func (w waitKind) String() string { return waitNames[w] }
 
 // maxBusyPollUsecs is the largest busy_poll_usecs the kernel accepts (S32_MAX).
 const maxBusyPollUsecs = 1<<31 - 1
 
-// MaxPollers bounds Config.Pollers; more epoll instances than this is a
-// configuration mistake, not a tuning choice.
-const MaxPollers = 1024
+// spinForever is the fixed budget of spin=forever: never block.
+const spinForever time.Duration = -1
 
-// Config selects how a Group polls. The zero value is the default:
-// edge-triggered, DefaultPollers pollers, a single acceptor per listener,
-// adaptive spinning (SpinAuto), the poller nested in the runtime's
-// netpoller.
-type Config struct {
-	Mode    Mode    // registration mode; EdgeTriggered is the zero value
-	Pollers int     // number of epoll pollers; 0 means DefaultPollers
-	Sharing Sharing // how pollers share a listener
-
-	// Spin is how long a poller keeps polling with epoll_wait(0), yielding
-	// the P between polls, after events stop, before it blocks. 0 never
-	// spins. < 0 never blocks: the poller keeps a P (a whole CPU) busy for
-	// as long as the group is open. A wakeup through the kernel costs tens
-	// of microseconds on a virtual machine; a spinning poller sees an event
-	// in one epoll_wait(0), at the price of the CPU it burns while idle.
-	Spin time.Duration
-
-	// SpinPolicy says whether Spin is a fixed budget or the poller decides
-	// (SpinAuto). The zero value follows Spin: SpinAuto when Spin is 0.
-	SpinPolicy SpinPolicy
-
-	Wait Wait // how a poller blocks when it has no events
-
-	// BusyPoll, if non-zero, asks the kernel (Linux 6.9+, EPIOCSPARAMS) to
-	// busy-poll the network device's NAPI queue for up to this long inside
-	// epoll_wait before sleeping. It needs a NAPI device (a real NIC with
-	// busy polling enabled) and does nothing on loopback. New fails on a
-	// kernel without EPIOCSPARAMS. Rounded to whole microseconds.
-	BusyPoll time.Duration
-
-	// ShortRead says whether connections skip the syscall that would
-	// return EAGAIN after a short Read or Write. The zero value is on.
-	ShortRead ShortRead
+// settings is a Config resolved, its fields and its experiment string in
+// one place: what the pollers and listeners read.
+type settings struct {
+	pollers   int
+	sharing   Sharing
+	mode      regMode
+	wait      waitKind // resolved: never waitDefault
+	autoSpin  bool     // the pollers spin adaptively (spin_linux.go)
+	spin      time.Duration
+	busyPoll  time.Duration
+	shortRead bool // connections skip the syscall that would return EAGAIN after a short transfer
 }
 
-// DefaultPollers is the number of pollers a Group gets when Config.Pollers
-// is zero.
-const DefaultPollers = 1
-
 // ConfigError reports a bad configuration value: a Config field or a key of
-// the NETPOLL environment variable.
+// the NETPOLL syntax.
 type ConfigError struct {
 	Key    string // the field or NETPOLL key, e.g. "mode"
 	Value  string // the offending value as given
@@ -211,198 +174,108 @@ func (e *ConfigError) Error() string {
 	return fmt.Sprintf("netpoll: bad %s %q: %s", e.Key, e.Value, e.Reason)
 }
 
-// validate checks every field and returns a *ConfigError naming the first
-// bad one.
-func (c Config) validate() error {
-	if int(c.Mode) >= len(modeNames) {
-		return &ConfigError{"mode", c.Mode.String(), "want et, oneshot or lt"}
-	}
-	if int(c.Sharing) >= len(sharingNames) {
-		return &ConfigError{"sharing", c.Sharing.String(), "want single, exclusive, wakeall or reuseport"}
-	}
-	if int(c.Wait) >= len(waitNames) {
-		return &ConfigError{"wait", c.Wait.String(), "want default, nested, block or inline"}
-	}
-	if c.BusyPoll < 0 || c.BusyPoll > time.Duration(maxBusyPollUsecs)*time.Microsecond {
-		return &ConfigError{"busypoll", c.BusyPoll.String(), "want 0 (off) up to 2^31-1 microseconds"}
-	}
-	if int(c.SpinPolicy) >= len(spinPolicyNames) {
-		return &ConfigError{"spinpolicy", c.SpinPolicy.String(), "want default, auto or fixed"}
-	}
-	if int(c.ShortRead) >= len(shortReadNames) {
-		return &ConfigError{"shortread", c.ShortRead.String(), "want default, on or off"}
-	}
-	if c.SpinPolicy == SpinAuto && c.Spin != 0 {
-		return &ConfigError{"spin", c.Spin.String(), "SpinAuto sets the budget itself: leave Spin 0"}
-	}
-	if c.Wait == WaitInline && c.Spin != 0 {
-		return &ConfigError{"spin", c.spinString(), "wait=inline spins only by SpinAuto, which sets its budget itself: its parked operation waits in the runtime's netpoller (leave Spin 0)"}
-	}
-	if c.Sharing == Exclusive && (c.Wait == WaitNested || c.Wait == WaitInline) {
-		// Measured: with 32 nested pollers every poller woke for each
-		// connection, as many wakeups as WakeAll.
-		return &ConfigError{"sharing", "exclusive", "needs wait=block (no wait key: exclusive defaults to block): the kernel stops an EPOLLEXCLUSIVE wakeup only at an epoll instance with a thread asleep in epoll_wait, and nested pollers sleep in the runtime's epoll instead, so every poller would wake"}
-	}
-	if c.Pollers < 0 || c.Pollers > MaxPollers {
-		return &ConfigError{"pollers", strconv.Itoa(c.Pollers), fmt.Sprintf("want 0 (default) to %d", MaxPollers)}
-	}
-	return nil
+// knobs is what a NETPOLL string says, key by key, before it is checked
+// against the Config fields and across keys.
+type knobs struct {
+	set      map[string]bool
+	pollers  int
+	sharing  Sharing
+	mode     regMode
+	wait     waitKind
+	spinOff  bool          // spin=off or spin=0
+	spinAuto bool          // spin=auto, said outright
+	spin     time.Duration // a fixed budget; spinForever for spin=forever
+	busyPoll time.Duration
+	readOff  bool // shortread=off
 }
 
-// autoSpin reports whether the pollers spin by SpinAuto: asked for, or the
-// default (SpinDefault with Spin 0).
-func (c Config) autoSpin() bool {
-	auto := c.SpinPolicy == SpinAuto || (c.SpinPolicy == SpinDefault && c.Spin == 0)
-	// A WaitBlock poller runs on a locked OS thread: its yield between spin
-	// polls hands the P to another thread and back, so a spin poll costs
-	// the context switches of the block it would save (measured with 8
-	// Exclusive pollers: 20 context switches per accept with spinning, 4
-	// without; BenchmarkAcceptStream). SpinAuto's answer there is never
-	// to spin (doc.go, "Spinning"). Under WaitInline the operation waiting
-	// on the epoll fd spins (inlineWait.holderStep).
-	return auto && c.wait() != WaitBlock
-}
+// keys lists the NETPOLL keys in the order String writes them.
+var keys = []string{"pollers", "sharing", "mode", "wait", "spin", "busypoll", "shortread"}
 
-// shortRead reports whether connections skip after short transfers.
-func (c Config) shortRead() bool {
-	return c.ShortRead == ShortReadOn || (c.ShortRead == ShortReadDefault && shortReadDefault)
-}
-
-// wait resolves WaitDefault: WaitBlock for Exclusive sharing, else WaitNested.
-func (c Config) wait() Wait {
-	switch {
-	case c.Wait != WaitDefault:
-		return c.Wait
-	case c.Sharing == Exclusive:
-		return WaitBlock
-	}
-	return WaitNested
-}
-
-func (c Config) pollers() int {
-	if c.Pollers == 0 {
-		return DefaultPollers
-	}
-	return c.Pollers
-}
-
-// spinString renders the spin key: "default", "auto", "forever" or a
-// duration ("0s" is SpinFixed's never).
-func (c Config) spinString() string {
-	switch {
-	case c.SpinPolicy == SpinAuto:
-		return "auto"
-	case c.SpinPolicy == SpinDefault && c.Spin == 0:
-		return "default"
-	case c.Spin == -1:
-		return "forever" // what ParseConfig gives it; other negatives print as durations
-	}
-	return c.Spin.String()
-}
-
-// String renders c in the NETPOLL syntax; ParseConfig(c.String()) == c for
-// every c that ParseConfig returns.
-func (c Config) String() string {
-	s := fmt.Sprintf("mode=%s,pollers=%d,sharing=%s,spin=%s,wait=%s",
-		c.Mode, c.pollers(), c.Sharing, c.spinString(), c.Wait)
-	if c.BusyPoll != 0 {
-		s += ",busypoll=" + c.BusyPoll.String()
-	}
-	if c.ShortRead != ShortReadDefault {
-		s += ",shortread=" + c.ShortRead.String()
-	}
-	return s
-}
-
-// ParseConfig parses the NETPOLL syntax: comma-separated key=value pairs,
-// for example "mode=oneshot,pollers=2,spin=50us". Keys: mode (et, oneshot,
-// lt), pollers (a count), sharing (single, exclusive, wakeall, reuseport),
-// spin (a duration, 0 to never spin, "forever" for a negative budget, or
-// "auto" for SpinAuto, "default" for the zero value), wait (nested,
-// block, inline, default), busypoll (a duration), shortread (on, off, default). Unset keys keep their zero value. An unknown key, a
-// repeated key or a bad value is a *ConfigError naming it.
-func ParseConfig(s string) (Config, error) {
-	var c Config
+func parseKnobs(s string) (knobs, error) {
+	k := knobs{set: map[string]bool{}}
 	seen := map[string]bool{}
 	for _, kv := range strings.Split(s, ",") {
 		kv = strings.TrimSpace(kv)
 		if kv == "" {
 			continue
 		}
-		k, v, ok := strings.Cut(kv, "=")
+		key, v, ok := strings.Cut(kv, "=")
 		if !ok {
-			return Config{}, &ConfigError{"setting", kv, "want key=value"}
+			return knobs{}, &ConfigError{"setting", kv, "want key=value"}
 		}
-		if seen[k] {
-			return Config{}, &ConfigError{k, v, "key given twice"}
+		if seen[key] {
+			return knobs{}, &ConfigError{key, v, "key given twice"}
 		}
-		seen[k] = true
-		if err := c.set(k, v); err != nil {
-			return Config{}, err
+		seen[key] = true
+		if err := k.parse(key, v); err != nil {
+			return knobs{}, err
+		}
+		if v != "default" {
+			k.set[key] = true
 		}
 	}
-	return c, c.validate()
+	return k, nil
 }
 
-func (c *Config) set(k, v string) error {
-	switch k {
-	case "mode":
-		i := indexOf(modeNames[:], v, map[string]string{"edge": "et", "level": "lt"})
-		if i < 0 {
-			return &ConfigError{k, v, "want et, oneshot or lt"}
-		}
-		c.Mode = Mode(i)
-	case "sharing":
-		i := indexOf(sharingNames[:], v, nil)
-		if i < 0 {
-			return &ConfigError{k, v, "want single, exclusive, wakeall or reuseport"}
-		}
-		c.Sharing = Sharing(i)
-	case "wait":
-		i := indexOf(waitNames[:], v, nil)
-		if i < 0 {
-			return &ConfigError{k, v, "want nested, block, inline or default"}
-		}
-		c.Wait = Wait(i)
+// parse sets one key. "default" is every key's zero value, as if the key
+// were not given.
+func (k *knobs) parse(key, v string) error {
+	var i int
+	switch key {
 	case "pollers":
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxPollers {
-			return &ConfigError{k, v, fmt.Sprintf("want a count from 1 to %d", MaxPollers)}
+		if v != "default" && (err != nil || n < 1 || n > MaxPollers) {
+			return &ConfigError{key, v, fmt.Sprintf("want a count from 1 to %d", MaxPollers)}
 		}
-		c.Pollers = n
-	case "busypoll":
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 || d > time.Duration(maxBusyPollUsecs)*time.Microsecond {
-			return &ConfigError{k, v, "want a duration such as 50us, or 0, up to 2^31-1 microseconds"}
+		k.pollers = n
+	case "sharing":
+		if i = indexOf(sharingNames[:], v, nil); i < 0 {
+			return &ConfigError{key, v, "want single, exclusive, reuseport or wakeall"}
 		}
-		c.BusyPoll = d
-	case "shortread":
-		i := indexOf(shortReadNames[:], v, nil)
-		if i < 0 {
-			return &ConfigError{k, v, "want on, off or default"}
+		k.sharing = Sharing(i)
+	case "mode":
+		if i = indexOf(modeNames[:], v, map[string]string{"edge": "et", "level": "lt", "default": "et"}); i < 0 {
+			return &ConfigError{key, v, "want et, oneshot or lt"}
 		}
-		c.ShortRead = ShortRead(i)
+		k.mode = regMode(i)
+	case "wait":
+		if i = indexOf(waitNames[:], v, nil); i < 0 {
+			return &ConfigError{key, v, "want nested, block, inline or default"}
+		}
+		k.wait = waitKind(i)
 	case "spin":
 		switch v {
 		case "default":
-			return nil
 		case "auto":
-			c.SpinPolicy = SpinAuto
-			return nil
+			k.spinAuto = true
+		case "off", "0":
+			k.spinOff = true
 		case "forever":
-			c.Spin = -1
-			return nil
+			k.spin = spinForever
+		default:
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return &ConfigError{key, v, `want "auto" (the default), "off" (or 0), a fixed budget such as 50us, or "forever"`}
+			}
+			k.spin = d
 		}
+	case "busypoll":
 		d, err := time.ParseDuration(v)
-		if err != nil {
-			return &ConfigError{k, v, `want a duration such as 50us, 0, "forever", "auto" or "default"`}
+		if v != "default" && (err != nil || d < 0 || d > time.Duration(maxBusyPollUsecs)*time.Microsecond) {
+			return &ConfigError{key, v, "want a duration such as 50us, or 0, up to 2^31-1 microseconds"}
 		}
-		c.Spin = d
-		if d == 0 {
-			c.SpinPolicy = SpinFixed // explicit: never spin, whatever the default
+		k.busyPoll = d
+	case "shortread":
+		switch v {
+		case "on", "default":
+		case "off":
+			k.readOff = true
+		default:
+			return &ConfigError{key, v, "want on (the default) or off"}
 		}
 	default:
-		return &ConfigError{"key", k, "known keys are mode, pollers, sharing, spin, wait, busypoll, shortread"}
+		return &ConfigError{"key", key, "known keys are " + strings.Join(keys, ", ")}
 	}
 	return nil
 }
@@ -420,7 +293,172 @@ func indexOf(names []string, v string, aliases map[string]string) int {
 	return -1
 }
 
-// EnvVar is the environment variable the default group is configured from.
+// experiment renders the keys that have no Config field, in the order of
+// keys: what ParseConfig leaves in Config.Experiment.
+func (k knobs) experiment() string {
+	var b []string
+	for _, key := range keys {
+		var v string
+		switch {
+		case !k.set[key]:
+			continue
+		case key == "sharing" && k.sharing == wakeAll:
+			v = wakeAll.String()
+		case key == "mode":
+			v = k.mode.String()
+		case key == "wait":
+			v = k.wait.String()
+		case key == "spin" && k.spinAuto:
+			v = "auto"
+		case key == "spin" && k.spin == spinForever:
+			v = "forever"
+		case key == "spin" && k.spin > 0:
+			v = k.spin.String()
+		case key == "busypoll":
+			v = k.busyPoll.String()
+		case key == "shortread":
+			v = "off"
+		default:
+			continue // a Config field: pollers, sharing but wakeall, spin=off
+		}
+		b = append(b, key+"="+v)
+	}
+	return strings.Join(b, ",")
+}
+
+// ParseConfig parses the NETPOLL syntax: comma-separated key=value pairs,
+// for example "pollers=2,mode=oneshot,spin=50us". The keys and values:
+//
+//	pollers    a count from 1 to MaxPollers (Config.Pollers)
+//	sharing    single, exclusive, reuseport (Config.Sharing), or wakeall:
+//	           every poller wakes for each connection, the herd baseline
+//	spin       auto (the default), off or 0 (Config.DisableSpin), a fixed
+//	           budget such as 50us, or forever: the poller never blocks
+//	           and keeps a CPU busy while the group is open
+//	mode       et (the default), oneshot or lt: edge-triggered, one-shot
+//	           re-armed before every park, or level-triggered registration
+//	wait       nested (the default), block or inline: the poller's epoll fd
+//	           parked in the runtime's netpoller, a dedicated thread in
+//	           epoll_wait (the default with sharing=exclusive), or the
+//	           parking operation waiting on the epoll fd itself
+//	busypoll   a duration: the kernel busy-polls the device's NAPI queue
+//	           inside epoll_wait (Linux 6.9+, a NIC with busy polling)
+//	shortread  on (the default) or off: after a short read or write, skip
+//	           the syscall that would return EAGAIN
+//
+// Every key also takes "default", as if it were not given. The keys with a
+// Config field set that field; the rest are kept, in the order above, in
+// Experiment. An unknown key, a repeated key, a bad value or values that
+// do not go together is a *ConfigError naming the key.
+func ParseConfig(s string) (Config, error) {
+	k, err := parseKnobs(s)
+	if err != nil {
+		return Config{}, err
+	}
+	c := Config{Pollers: k.pollers, DisableSpin: k.spinOff, Experiment: k.experiment()}
+	if k.sharing != wakeAll {
+		c.Sharing = k.sharing
+	}
+	if _, err := c.settings(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// String renders c's Pollers, Sharing, DisableSpin and Experiment in the
+// NETPOLL syntax, leaving out what is the default. ParseConfig(c.String())
+// returns c for every c that ParseConfig returns.
+func (c Config) String() string {
+	var b []string
+	if c.Pollers != 0 {
+		b = append(b, "pollers="+strconv.Itoa(c.Pollers))
+	}
+	if c.Sharing != Single {
+		b = append(b, "sharing="+c.Sharing.String())
+	}
+	if c.DisableSpin {
+		b = append(b, "spin=off")
+	}
+	if e := strings.Trim(c.Experiment, ", "); e != "" {
+		b = append(b, e)
+	}
+	return strings.Join(b, ",")
+}
+
+// settings resolves c: its fields, then its Experiment, checked against
+// each other. It returns a *ConfigError naming the first bad value.
+func (c Config) settings() (settings, error) {
+	if c.Pollers < 0 || c.Pollers > MaxPollers {
+		return settings{}, &ConfigError{"pollers", strconv.Itoa(c.Pollers), fmt.Sprintf("want 0 (the default) to %d", MaxPollers)}
+	}
+	if c.Sharing >= wakeAll {
+		return settings{}, &ConfigError{"sharing", c.Sharing.String(), "want Single, Exclusive or ReusePort (wakeall only by Experiment)"}
+	}
+	k, err := parseKnobs(c.Experiment)
+	if err != nil {
+		return settings{}, err
+	}
+	both := func(key, field string) error {
+		return &ConfigError{key, c.Experiment, "set both by Config." + field + " and by Experiment"}
+	}
+	switch {
+	case k.set["pollers"] && c.Pollers != 0:
+		return settings{}, both("pollers", "Pollers")
+	case k.set["sharing"] && c.Sharing != Single:
+		return settings{}, both("sharing", "Sharing")
+	case k.set["spin"] && c.DisableSpin:
+		return settings{}, both("spin", "DisableSpin")
+	}
+	s := settings{
+		pollers:   max(c.Pollers, k.pollers, DefaultPollers),
+		sharing:   max(c.Sharing, k.sharing),
+		mode:      k.mode,
+		wait:      k.wait,
+		spin:      k.spin,
+		busyPoll:  k.busyPoll,
+		shortRead: !k.readOff,
+	}
+	if s.wait == waitDefault {
+		s.wait = waitNested
+		if s.sharing == Exclusive {
+			s.wait = waitBlock
+		}
+	}
+	spinOff := c.DisableSpin || k.spinOff
+	switch {
+	case s.sharing == Exclusive && s.wait != waitBlock:
+		// Measured: with 32 nested pollers every poller woke for each
+		// connection, as many wakeups as wakeall.
+		return settings{}, &ConfigError{"sharing", "exclusive", "needs wait=block (the default with exclusive): the kernel stops an EPOLLEXCLUSIVE wakeup only at an epoll instance with a thread asleep in epoll_wait, and nested pollers sleep in the runtime's epoll instead, so every poller would wake"}
+	case s.wait == waitInline && s.spin != 0:
+		return settings{}, &ConfigError{"spin", s.spinString(), "wait=inline spins only adaptively: its parked operation waits in the runtime's netpoller"}
+	case s.wait == waitBlock && k.spinAuto:
+		// A poller on a locked OS thread yields its P to another thread and
+		// back on each spin poll, paying the context switches of the block
+		// it would save (measured with 8 Exclusive pollers: 20 context
+		// switches per accept with spinning, 4 without; BenchmarkAcceptStream).
+		return settings{}, &ConfigError{"spin", "auto", "wait=block never spins adaptively: each spin poll would cost the context switches of the block it saves (leave spin out, or give a fixed budget)"}
+	}
+	s.autoSpin = !spinOff && s.spin == 0 && s.wait != waitBlock
+	return s, nil
+}
+
+// spinString renders the spin setting as the spin key would give it.
+func (s settings) spinString() string {
+	switch {
+	case s.autoSpin:
+		return "auto"
+	case s.spin == spinForever:
+		return "forever"
+	case s.spin == 0:
+		return "off"
+	}
+	return s.spin.String()
+}
+
+// EnvVar is the environment variable the default group (Default, and so
+// the package-level Listen, Dial and FileListener) is configured from, in
+// the syntax of ParseConfig. New never reads it.
 const EnvVar = "NETPOLL"
 
 func configFromEnv() (Config, error) {

@@ -172,13 +172,13 @@ const (
 // It is what an idle connection costs besides its Conn (and, served on
 // demand, its serverConn): every field is paid per connection, so it holds
 // no counter (the poller counts, pollerCounters) and nothing the poller
-// knows (its WaitInline role is d.p.inline). TestDescSize holds it to its
+// knows (its waitInline role is d.p.inline). TestDescSize holds it to its
 // size class.
 type desc struct {
 	fd   int
 	gen  uint32 // generation, packed with fd into epoll_event data
 	kind descKind
-	mode Mode  // registration mode: the group's, or EdgeTriggered if kindShared
+	mode regMode  // registration mode: the group's, or edgeTriggered if kindShared
 	net  uint8 // a Conn's network: its index in networks
 	// skip turns on short-read skipping for this descriptor: a connection
 	// of a group with Config.ShortRead on. Set before registration.
@@ -196,9 +196,9 @@ type desc struct {
 	// nudge read it only after seeing that state.
 	srv *serverConn
 
-	// armMu serializes the EPOLL_CTL_MOD calls of a OneShot or
-	// LevelTriggered descriptor and the stores to armed; armed may be loaded
-	// without it as a hint. Never taken in EdgeTriggered mode.
+	// armMu serializes the EPOLL_CTL_MOD calls of a oneShot or
+	// levelTriggered descriptor and the stores to armed; armed may be loaded
+	// without it as a hint. Never taken in edgeTriggered mode.
 	armMu sync.Mutex
 	armed atomic.Uint32 // epoll interest currently armed, without flag bits
 
@@ -249,7 +249,7 @@ const (
 	kindConn     descKind = iota
 	kindListener          // a listening socket's only registration: it owns the fd
 	// kindShared is one of several registrations of a listening socket on
-	// different pollers (Exclusive, WakeAll): it does not own the fd, which
+	// different pollers (Exclusive, wakeAll): it does not own the fd, which
 	// the Listener closes after every registration is gone.
 	kindShared
 )

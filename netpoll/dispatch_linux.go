@@ -25,14 +25,14 @@ func (p *poller) dispatch(evs []unix.EpollEvent) (woke int, stop bool) {
 			continue
 		}
 		woke += d.event(ev.Events)
-		if d.mode != EdgeTriggered {
+		if d.mode != edgeTriggered {
 			p.rearmAfterEvent(d)
 		}
 	}
 	return woke, stop
 }
 
-// levelGuard stops a LevelTriggered poller from spinning on readers that do
+// levelGuard stops a levelTriggered poller from spinning on readers that do
 // not read: a batch that woke nobody yields the P so they can run, and once
 // such batches have gone on for levelRepeatWindow their read interest is
 // disarmed until they park again (two EPOLL_CTL_MOD calls, counted).
@@ -52,7 +52,7 @@ func (p *poller) levelGuard(evs []unix.EpollEvent, woke int) {
 	p.repeatSince = time.Time{}
 	for i := range evs {
 		d := p.table.get(int(evs[i].Fd))
-		if d == nil || d.gen != uint32(evs[i].Pad) || d.mode != LevelTriggered || readWaits(d) {
+		if d == nil || d.gen != uint32(evs[i].Pad) || d.mode != levelTriggered || readWaits(d) {
 			continue
 		}
 		if d.incref() != nil {

@@ -229,3 +229,13 @@ func SetCtlFault(f func(epfd, op, fd int, events uint32) unix.Errno) (restore fu
 		hookMu.Unlock()
 	}
 }
+
+// PollerStats is a snapshot of one poller's counters (or their sum).
+type PollerStats = pollerStats
+
+// GroupStats is every counter of a group.
+type GroupStats = groupStats
+
+// Counters returns every counter of g, per poller and summed: what
+// ReadStats reads by name, as a struct for tests.
+func Counters(g *Group) GroupStats { return g.counters() }

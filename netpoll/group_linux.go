@@ -13,7 +13,8 @@ import (
 // Group is a set of epoll pollers and the connections and listeners
 // registered on them. Its methods are safe for concurrent use.
 type Group struct {
-	cfg     Config
+	cfg     Config   // as given to New
+	set     settings // cfg resolved
 	pollers []*poller
 	next    atomic.Uint32 // round-robin cursor for new connections
 
@@ -25,12 +26,13 @@ type Group struct {
 // New starts a group of pollers configured by cfg. It returns a
 // *ConfigError for a bad or unsupported configuration.
 func New(cfg Config) (*Group, error) {
-	if err := cfg.validate(); err != nil {
+	set, err := cfg.settings()
+	if err != nil {
 		return nil, err
 	}
-	g := &Group{cfg: cfg, listeners: map[*Listener]struct{}{}}
-	for i := range cfg.pollers() {
-		p, err := newPoller(i, cfg)
+	g := &Group{cfg: cfg, set: set, listeners: map[*Listener]struct{}{}}
+	for i := range set.pollers {
+		p, err := newPoller(i, set)
 		if err == nil {
 			if err = p.start(); err != nil {
 				p.closeFDs()
@@ -71,16 +73,42 @@ func (g *Group) checkOpen() error {
 	return nil
 }
 
-// Stats returns a snapshot of the group's counters. It reads atomic
-// counters and takes no lock, so a metrics scrape costs the same however
-// many connections the group holds and never holds up Accept or Dial
-// (bench's BenchmarkStatsAccept); each counter may be a moment old.
+// Stats returns the counters a user watches. Like ReadStats it reads
+// atomic counters and takes no lock, so a metrics scrape costs the same
+// however many connections the group holds and never holds up Accept or
+// Dial; each counter may be a moment old.
 func (g *Group) Stats() Stats {
-	s := Stats{Pollers: make([]PollerStats, len(g.pollers))}
+	t := g.counters().Total
+	return Stats{Conns: t.Conns, Accepts: t.Accepts, Parks: t.ReadParks + t.WriteParks, Wakeups: t.Wakeups}
+}
+
+// ReadStats sets the Value of each sample to the group's statistic of that
+// Name, summed over its pollers (AllStats lists the names). An unknown
+// name, or a Server's, gets 0 and an error wrapping ErrUnknownStat; the
+// other samples are read all the same.
+func (g *Group) ReadStats(samples []Sample) error {
+	c := g.counters()
+	return readStats(samples, &statSource{g: &c, p: &c.Total}, false)
+}
+
+// ReadPollerStats is ReadStats for one poller, numbered from 0 to
+// Pollers-1 in the order of the group's Config. The group-wide statistics
+// read the same as through ReadStats.
+func (g *Group) ReadPollerStats(poller int, samples []Sample) error {
+	if poller < 0 || poller >= len(g.pollers) {
+		return fmt.Errorf("netpoll: no poller %d in a group of %d", poller, len(g.pollers))
+	}
+	c := g.counters()
+	return readStats(samples, &statSource{g: &c, p: &c.Pollers[poller]}, false)
+}
+
+// counters snapshots every counter of the group.
+func (g *Group) counters() groupStats {
+	s := groupStats{Pollers: make([]pollerStats, len(g.pollers))}
 	for i, p := range g.pollers {
 		s.Pollers[i] = p.stats()
 		s.Total.add(&s.Pollers[i])
-		if g.cfg.autoSpin() {
+		if g.set.autoSpin {
 			s.WakeCost = wakeCost()
 			s.SpinBudget = max(s.SpinBudget, time.Duration(p.st.spinBudget.Load()))
 			s.CPULimit = quota.cpus()
@@ -122,7 +150,8 @@ func (g *Group) stopPollers() {
 }
 
 // Listen announces on a local address. Networks: tcp, tcp4, tcp6, unix.
-func (g *Group) Listen(ctx context.Context, network, address string) (net.Listener, error) {
+// The context's cancellation applies to resolving the address.
+func (g *Group) Listen(ctx context.Context, network, address string) (*Listener, error) {
 	l, err := g.listen(ctx, network, address)
 	if err != nil {
 		var op *net.OpError
@@ -136,12 +165,8 @@ func (g *Group) Listen(ctx context.Context, network, address string) (net.Listen
 
 // Dial connects to address. Networks: tcp, tcp4, tcp6, unix. The context's
 // deadline and cancellation apply to resolving and connecting.
-func (g *Group) Dial(ctx context.Context, network, address string) (net.Conn, error) {
-	c, err := g.dial(ctx, network, address)
-	if err != nil {
-		return nil, err
-	}
-	return c, nil
+func (g *Group) Dial(ctx context.Context, network, address string) (*Conn, error) {
+	return g.dial(ctx, network, address)
 }
 
 // The default group, built on first use from the NETPOLL environment
@@ -180,20 +205,30 @@ func Default() (*Group, error) {
 	return g, nil
 }
 
-// Listen announces on address using the default group.
-func Listen(network, address string) (net.Listener, error) {
+// Listen announces on address using the default group (Group.Listen).
+func Listen(network, address string) (*Listener, error) {
+	return ListenContext(context.Background(), network, address)
+}
+
+// ListenContext is Listen with a context (Group.Listen).
+func ListenContext(ctx context.Context, network, address string) (*Listener, error) {
 	g, err := Default()
 	if err != nil {
 		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
 	}
-	return g.Listen(context.Background(), network, address)
+	return g.Listen(ctx, network, address)
 }
 
-// Dial connects to address using the default group.
-func Dial(network, address string) (net.Conn, error) {
+// Dial connects to address using the default group (Group.Dial).
+func Dial(network, address string) (*Conn, error) {
+	return DialContext(context.Background(), network, address)
+}
+
+// DialContext is Dial with a context (Group.Dial).
+func DialContext(ctx context.Context, network, address string) (*Conn, error) {
 	g, err := Default()
 	if err != nil {
 		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
 	}
-	return g.Dial(context.Background(), network, address)
+	return g.Dial(ctx, network, address)
 }

@@ -29,7 +29,7 @@ const (
 // handOff is called by the goroutine that owns sc to give the connection
 // back to waiting: after its handler returned nil (returned), at accept,
 // and when an edge started it (the edge may be stale: an event for data a
-// Read already took, or a LevelTriggered repeat).
+// Read already took, or a levelTriggered repeat).
 //
 // idle true: the read direction is in stServe, and the caller must not
 // touch sc again: whoever moves it out starts the handler. idle false with

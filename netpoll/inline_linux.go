@@ -9,11 +9,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// WaitInline: the operation about to park waits on the epoll fd itself.
+// waitInline: the operation about to park waits on the epoll fd itself.
 //
-// WaitNested costs two goroutine hops per wakeup: the runtime's netpoller
+// waitNested costs two goroutine hops per wakeup: the runtime's netpoller
 // readies the poller's goroutine, whose epoll_wait(0) finds the event and
-// readies the parked operation. Under WaitInline the operation that parks
+// readies the parked operation. Under waitInline the operation that parks
 // when nobody else watches the epoll fd takes the poller's role (the
 // "holder"): it enters RawConn.Read on the epoll fd itself, so the runtime
 // readies it directly, it polls, dispatches what it found to others, and
@@ -73,7 +73,7 @@ const (
 )
 
 // inlineCrowd is the count of parked operations from which the role stays
-// with the loop goroutine: WaitNested's loop, whose one goroutine polls for
+// with the loop goroutine: waitNested's loop, whose one goroutine polls for
 // them all. With one P a holder carries on with its own event where the
 // loop would hop; but with several, while the holder, having left with its
 // event, serves it, nobody watches for the others, and an idle P that
@@ -103,7 +103,7 @@ type inlineWait struct {
 	// held is the holders' pollStep, passed from one to the next with the
 	// role: the role word's CAS orders one holder's use before the next's.
 	// It spins by the poller's SpinAuto policy (p.auto), which under
-	// WaitInline only holders touch, the loop goroutine never spinning. A
+	// waitInline only holders touch, the loop goroutine never spinning. A
 	// holder gives up its spinning slot as it leaves (leaveRole), so that a
 	// slot is never held while nobody holds the role.
 	held pollStep
@@ -368,7 +368,7 @@ func (iw *inlineWait) kickIfHolder(dr *dir) {
 	}
 }
 
-// runInline is the loop goroutine of WaitInline: WaitNested's loop while it
+// runInline is the loop goroutine of waitInline: waitNested's loop while it
 // holds the role, leaving it after a poll that woke someone, and never
 // spinning (pollStep.spins is false).
 func (p *poller) runInline(f *os.File) {

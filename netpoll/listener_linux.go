@@ -18,7 +18,7 @@ import (
 // implements net.Listener; accepted connections are *Conn.
 //
 // With Sharing Single, Accept calls accept4 itself on the listener's one
-// registration. With Exclusive, WakeAll or ReusePort, each registration (one
+// registration. With Exclusive, wakeAll or ReusePort, each registration (one
 // per poller) has an acceptor goroutine that accepts on its own poller,
 // registers the new connection on that poller and hands it to Accept.
 //
@@ -32,7 +32,7 @@ type Listener struct {
 	unlink  string  // unix socket path to remove on Close
 	sharing Sharing // Single, or how the registrations share the socket
 	ds      []*desc // registrations: one, or one per poller
-	fd      int     // Exclusive, WakeAll: the socket every registration shares; else -1
+	fd      int     // Exclusive, wakeAll: the socket every registration shares; else -1
 
 	locals    localAddrs        // the local address its connections share
 	conns     chan acceptResult // acceptors to Accept; unbuffered, so the kernel queues
@@ -74,7 +74,7 @@ var (
 )
 
 // ErrSharedListener is wrapped by the errors of what a listener shared by
-// pollers (Sharing Exclusive, WakeAll, ReusePort) cannot do: a raw Read or
+// pollers (Sharing Exclusive, wakeAll, ReusePort) cannot do: a raw Read or
 // Write, and File of a ReusePort listener with more than one socket. It
 // wraps errors.ErrUnsupported.
 var ErrSharedListener = fmt.Errorf("netpoll: not supported on a listener shared by pollers: %w", errors.ErrUnsupported)
@@ -94,7 +94,7 @@ func (g *Group) listen(ctx context.Context, network, address string) (*Listener,
 	if err := g.checkOpen(); err != nil {
 		return nil, err
 	}
-	sharing := g.cfg.Sharing
+	sharing := g.set.sharing
 	if sharing == ReusePort && network == "unix" {
 		return nil, &ConfigError{"sharing", "reuseport", "SO_REUSEPORT balances TCP only; unix sockets cannot share a path"}
 	}
@@ -163,7 +163,7 @@ func (l *Listener) open(ep endpoint) error {
 			}
 		}
 		return nil
-	default: // Exclusive, WakeAll
+	default: // Exclusive, wakeAll
 		fd, err := listenSocket(l.network, ep, false)
 		if err != nil {
 			return err
@@ -250,10 +250,21 @@ func listenSocket(network string, ep endpoint, reusePort bool) (fd int, err erro
 	return fd, nil
 }
 
-// Accept waits for and returns the next connection. It fails with an error
-// wrapping os.ErrDeadlineExceeded once the deadline (SetDeadline) has
-// passed, and with one wrapping net.ErrClosed after Close.
+// Accept waits for and returns the next connection, a *Conn. It fails
+// with an error wrapping os.ErrDeadlineExceeded once the deadline
+// (SetDeadline) has passed, and with one wrapping net.ErrClosed after
+// Close.
 func (l *Listener) Accept() (net.Conn, error) {
+	c, err := l.AcceptConn()
+	if err != nil {
+		return nil, err // not a nil *Conn in a non-nil net.Conn
+	}
+	return c, nil
+}
+
+// AcceptConn is Accept returning the *Conn, as *net.TCPListener's
+// AcceptTCP returns a *net.TCPConn.
+func (l *Listener) AcceptConn() (*Conn, error) {
 	if l.sharing == Single {
 		c, err := l.acceptOn(l.ds[0], l.g.pick(), nil, true)
 		if err != nil {

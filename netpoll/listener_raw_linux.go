@@ -18,7 +18,7 @@ import (
 // waits for the deadline or Close. (Package net's listener refuses raw
 // Read and Write.)
 //
-// With Exclusive, WakeAll or ReusePort, Control runs f on each distinct
+// With Exclusive, wakeAll or ReusePort, Control runs f on each distinct
 // listening socket in turn: the one socket every poller shares, or one
 // SO_REUSEPORT socket per poller. Read and Write fail with an error
 // wrapping ErrSharedListener: the acceptor goroutines own the readiness of
@@ -94,7 +94,7 @@ func (rl rawListener) rawIO(op string, run func(syscall.RawConn) error) error {
 //
 // A ReusePort listener with more than one socket (Pollers > 1) fails with
 // an error wrapping ErrSharedListener: a dup of one socket would receive
-// only that socket's share of the connections. Exclusive and WakeAll share
+// only that socket's share of the connections. Exclusive and wakeAll share
 // one socket, which File copies.
 //
 // As SyscallConn's methods do, File turns short-read skipping off for every
@@ -123,10 +123,10 @@ func (l *Listener) File() (*os.File, error) {
 
 // sockets returns one registration per distinct listening socket: every
 // registration for Single and ReusePort, the first for Exclusive and
-// WakeAll, whose registrations share one socket (l.fd, closed only after
+// wakeAll, whose registrations share one socket (l.fd, closed only after
 // every registration is gone, so a reference on ds[0] keeps it open).
 func (l *Listener) sockets() []*desc {
-	if l.sharing == Exclusive || l.sharing == WakeAll {
+	if l.sharing == Exclusive || l.sharing == wakeAll {
 		return l.ds[:1]
 	}
 	return l.ds
@@ -150,7 +150,7 @@ func (l *Listener) sockets() []*desc {
 // and needs not be: its options were copied before f ran. One queued
 // before f ran and accepted after it is marked though it kept the old
 // options: skipping lost, nothing hung. The flag is the Listener's, so it
-// covers every registration (Exclusive, WakeAll) and every socket
+// covers every registration (Exclusive, wakeAll) and every socket
 // (ReusePort).
 //
 // Where issue 33 adds a ListenConfig-style Control hook and a listener made

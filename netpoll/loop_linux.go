@@ -10,28 +10,28 @@ import (
 
 // The wait loops: how a poller waits (Config.Wait).
 //
-//   - WaitBlock, a locked OS thread in epoll_wait(-1), readies goroutines
+//   - waitBlock, a locked OS thread in epoll_wait(-1), readies goroutines
 //     onto the P of a thread that goes straight back into a blocking
 //     syscall: they run only once sysmon retakes that P or another thread
 //     steals them, a cross-core wakeup each time.
-//   - WaitNested parks the epoll fd in the runtime's netpoller, so the
+//   - waitNested parks the epoll fd in the runtime's netpoller, so the
 //     thread the kernel wakes runs the poller and then, on the same P, the
 //     goroutines it readied; no thread is dedicated to the poller. It is
 //     the default; its cost against package net is one epoll_wait(0) and
 //     one goroutine switch more per wakeup.
-//   - WaitInline lets the operation about to park wait on the epoll fd
+//   - waitInline lets the operation about to park wait on the epoll fd
 //     itself, so the thread the kernel wakes runs it with no switch; the
 //     poller's goroutine runs only to watch for operations with deadlines
 //     or left unwatched (inline_linux.go).
 //
-// Every loop, and each WaitInline holder in turn, polls through one
+// Every loop, and each waitInline holder in turn, polls through one
 // pollStep: poll, count the wakeup, go on after a full batch, ask the spin
 // policy, count the block. A loop only says what ends it early (the stop
 // eventfd, its own token) and how it blocks (epoll_wait(-1), or returning
 // false to RawConn.Read).
 //
 // What each costs is measured in the recorded runs, not here: testdata/core/
-// (in-process echo under each Wait, the choice of WaitNested) and
+// (in-process echo under each Wait, the choice of waitNested) and
 // testdata/default/ (cmd/netpollbench: netpoll's default against package
 // net, with the machine's calibration); testdata/README.md gives their
 // commands and machines. (WaitYield, a goroutine that yielded its P after
@@ -39,11 +39,11 @@ import (
 // was removed: no configuration netpollbench runs used it.)
 
 // pollStep is what one wait loop keeps between its polls. Only the loop's
-// goroutine (for a WaitInline holder: the holder of the role, which the
+// goroutine (for a waitInline holder: the holder of the role, which the
 // role word passes from one to the next) touches it.
 type pollStep struct {
 	p *poller
-	// spins: the loop may spin (chooseSpin). WaitInline's loop goroutine
+	// spins: the loop may spin (chooseSpin). waitInline's loop goroutine
 	// never does: it runs only while no operation holds the role, and
 	// leaves after a poll that woke one.
 	spins  bool
@@ -96,7 +96,7 @@ func (s *pollStep) block() {
 }
 
 // leave tells the spin policy about a poll with events after which the
-// loop returns instead of asking next: a WaitInline holder whose own token
+// loop returns instead of asking next: a waitInline holder whose own token
 // came. The policy learns that an idle period ended; its "poll again" is
 // the poll the next holder makes as it takes the role.
 func (s *pollStep) leave(n, woke int) {
@@ -105,7 +105,7 @@ func (s *pollStep) leave(n, woke int) {
 	}
 }
 
-// runBlocking is the loop of WaitBlock: epoll_wait(-1), and, while the
+// runBlocking is the loop of waitBlock: epoll_wait(-1), and, while the
 // spin budget says so, epoll_wait(0) with the P yielded between polls.
 func (p *poller) runBlocking() {
 	s := pollStep{p: p, spins: true}
@@ -123,7 +123,7 @@ func (p *poller) runBlocking() {
 	}
 }
 
-// runNested is the loop of WaitNested: one RawConn.Read on the epoll fd
+// runNested is the loop of waitNested: one RawConn.Read on the epoll fd
 // (f) that polls with epoll_wait(0) and parks in the runtime's netpoller
 // when nothing is ready. It returns only to stop: re-entering RawRead would
 // reset the runtime's readiness of the fd (see poller.strategy).
@@ -157,14 +157,14 @@ func (p *poller) runNested(f *os.File) {
 }
 
 // freshEvents is how many of a poll's n events, of which woke woke a goroutine,
-// tell the spin policy that traffic goes on. A LevelTriggered poller
+// tell the spin policy that traffic goes on. A levelTriggered poller
 // reports a ready fd at every poll until it is read or disarmed: events
 // that woke nobody there are repeats, such as a listener kept readable
 // while its acceptor backs off out of fds, and must not keep the poller
 // spinning (TestFaultAcceptOutOfFDs). In the other modes each event is a
 // new edge.
 func (p *poller) freshEvents(n, woke int) int {
-	if p.mode == LevelTriggered {
+	if p.mode == levelTriggered {
 		return woke
 	}
 	return n
@@ -221,7 +221,7 @@ func (p *poller) poll(msec int) (n, woke int, stop bool) {
 	if woke > 0 {
 		p.st.add(cWoken, uint64(woke))
 	}
-	if p.mode == LevelTriggered {
+	if p.mode == levelTriggered {
 		p.levelGuard(p.events[:n], woke)
 	}
 	return n, woke, stop

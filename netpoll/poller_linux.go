@@ -17,9 +17,9 @@ import (
 // pollBatch is how many events one epoll_wait returns at most.
 const pollBatch = 128
 
-// levelRepeatWindow is how long a LevelTriggered poller keeps getting
+// levelRepeatWindow is how long a levelTriggered poller keeps getting
 // batches that wake nobody (yielding the P after each) before it disarms
-// the readers that are not reading. See doc.go, "LevelTriggered".
+// the readers that are not reading. See doc.go, "levelTriggered".
 const levelRepeatWindow = 10 * time.Millisecond
 
 // poller owns one epoll instance and its event loop.
@@ -27,17 +27,17 @@ type poller struct {
 	id   int
 	epfd int
 	evfd int // eventfd registered level-triggered: written once to stop the loop
-	mode Mode
-	// strategy is how the loop waits: Config.Wait resolved. WaitNested
+	mode regMode
+	// strategy is how the loop waits: Config.Wait resolved. waitNested
 	// keeps the loop inside one RawConn.Read on the epoll fd from start
 	// to stop and never leaves it but to stop: a goroutine that enters
 	// RawRead on the fd again resets the runtime's readiness for it
 	// (internal/poll's prepareRead), so an edge that came in between
 	// would be lost until the next one (runNested).
-	strategy Wait
+	strategy waitKind
 	spin     time.Duration // Config.Spin
 	auto     *autoSpin     // SpinAuto's state, nil otherwise
-	inline   *inlineWait   // WaitInline's role, nil otherwise
+	inline   *inlineWait   // waitInline's role, nil otherwise
 
 	shortRead bool // Config.ShortRead resolved: its connections skip after short transfers
 
@@ -49,7 +49,7 @@ type poller struct {
 	// Owned by the loop goroutine.
 	events      []unix.EpollEvent
 	lastEvent   time.Time // when a poll last returned events (spinning)
-	repeatSince time.Time // start of a run of LevelTriggered batches that woke nobody
+	repeatSince time.Time // start of a run of levelTriggered batches that woke nobody
 
 	st pollerCounters
 }
@@ -62,7 +62,7 @@ type poller struct {
 type pollerCounters struct {
 	c          [numCounters - numOpCounters]atomic.Uint64 // the counters from numOpCounters on (stats.go)
 	ops        [opStripes]opStripe                        // the counters below numOpCounters
-	spinNanos  atomic.Uint64                              // SpinAuto: time spent in spins (PollerStats.SpinTime)
+	spinNanos  atomic.Uint64                              // SpinAuto: time spent in spins (pollerStats.SpinTime)
 	blockCost  atomic.Uint64                              // SpinAuto: median process CPU (ns) of a sampled blocked idle period
 	spinBudget atomic.Uint64                              // SpinAuto: the budget (ns) of its latest idle moment
 }
@@ -103,15 +103,15 @@ func (pc *pollerCounters) load(c counter) uint64 {
 	return sum
 }
 
-func newPoller(id int, cfg Config) (_ *poller, err error) {
-	p := &poller{id: id, epfd: -1, evfd: -1, mode: cfg.Mode, strategy: cfg.wait(), spin: cfg.Spin,
-		shortRead: cfg.shortRead(), stopped: make(chan struct{}), events: make([]unix.EpollEvent, pollBatch)}
+func newPoller(id int, cfg settings) (_ *poller, err error) {
+	p := &poller{id: id, epfd: -1, evfd: -1, mode: cfg.mode, strategy: cfg.wait, spin: cfg.spin,
+		shortRead: cfg.shortRead, stopped: make(chan struct{}), events: make([]unix.EpollEvent, pollBatch)}
 	defer func() {
 		if err != nil {
 			p.closeFDs() // p, not the nil result
 		}
 	}()
-	if cfg.autoSpin() {
+	if cfg.autoSpin {
 		if err = acquireWake(); err != nil {
 			return nil, err
 		}
@@ -120,8 +120,8 @@ func newPoller(id int, cfg Config) (_ *poller, err error) {
 	if p.epfd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
 		return nil, os.NewSyscallError("epoll_create1", err)
 	}
-	if cfg.BusyPoll != 0 {
-		if err = setBusyPoll(p.epfd, cfg.BusyPoll); err != nil {
+	if cfg.busyPoll != 0 {
+		if err = setBusyPoll(p.epfd, cfg.busyPoll); err != nil {
 			return nil, err
 		}
 	}
@@ -133,7 +133,7 @@ func newPoller(id int, cfg Config) (_ *poller, err error) {
 	if err = epollCtl(p.epfd, unix.EPOLL_CTL_ADD, p.evfd, &ev); err != nil {
 		return nil, os.NewSyscallError("epoll_ctl", err)
 	}
-	if p.strategy == WaitInline {
+	if p.strategy == waitInline {
 		if p.inline, err = newInlineWait(p); err != nil {
 			return nil, err
 		}
@@ -145,7 +145,7 @@ func newPoller(id int, cfg Config) (_ *poller, err error) {
 // pollers (SpinAuto's measurement of W).
 func (p *poller) closeFDs() {
 	if p.auto != nil {
-		// p.auto itself stays: a WaitInline holder woken by Group.Close
+		// p.auto itself stays: a waitInline holder woken by Group.Close
 		// may still be finishing its step (holderStep) when the loop
 		// goroutine has stopped.
 		releaseWake()
@@ -180,15 +180,15 @@ func (p *poller) start() error {
 	}
 	go func() {
 		defer close(p.stopped)
-		if p.auto != nil && p.inline == nil { // WaitInline's holders release as they leave
+		if p.auto != nil && p.inline == nil { // waitInline's holders release as they leave
 			defer p.auto.release()
 		}
 		switch p.strategy {
-		case WaitNested:
+		case waitNested:
 			p.runNested(nested)
-		case WaitInline:
+		case waitInline:
 			p.runInline(nested)
-		case WaitBlock:
+		case waitBlock:
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
 			p.runBlocking()
@@ -217,13 +217,13 @@ func (p *poller) stop() {
 }
 
 // nested reports whether the poller's epoll fd waits in the runtime's
-// netpoller (WaitNested, WaitInline).
-func (p *poller) nested() bool { return p.strategy == WaitNested || p.strategy == WaitInline }
+// netpoller (waitNested, waitInline).
+func (p *poller) nested() bool { return p.strategy == waitNested || p.strategy == waitInline }
 
 // stats snapshots the poller's counters. It takes no lock: a metrics
 // scrape never waits for, or holds up, a registration.
-func (p *poller) stats() PollerStats {
-	var s PollerStats
+func (p *poller) stats() pollerStats {
+	var s pollerStats
 	f := s.counters()
 	for c := range numCounters {
 		*f[c] = p.st.load(c)
@@ -231,5 +231,6 @@ func (p *poller) stats() PollerStats {
 	s.SpinTime = time.Duration(p.st.spinNanos.Load())
 	s.BlockCost = time.Duration(p.st.blockCost.Load())
 	s.Descriptors = uint64(p.table.live.Load())
+	s.Conns = uint64(p.table.conns.Load())
 	return s
 }

@@ -106,16 +106,14 @@ type Server struct {
 	stats     serverCounters
 }
 
-// ServerStats counts a Server's connections and work since it started.
+// ServerStats is what a user watches of a Server: a few counters.
+// ReadStats reads the rest by name.
 type ServerStats struct {
-	Conns         uint64 // open connections now
-	Idle          uint64 // of those, waiting for work now: with no goroutine on this package's connections, with one (and no buffer) in the fallback
-	Running       uint64 // handlers running now
-	HandlerStarts uint64 // handler calls
-	HandOffs      uint64 // times a connection went idle with no goroutine
-	HandOffChecks uint64 // socket checks (poll) a hand-off made because the last Read had not proved the socket drained
-	HandOffSkips  uint64 // hand-offs that needed no check: the last Read was short and no edge had come since
-	Panics        uint64 // handlers that panicked (their connections were closed)
+	Conns       uint64 // open connections now
+	Idle        uint64 // of those, waiting for work now: with no goroutine on this package's connections, with one (and no buffer) in the fallback
+	Running     uint64 // handlers running now
+	HandlerRuns uint64 // handler calls since the Server started
+	Panics      uint64 // handlers that panicked (their connections were closed)
 }
 
 type serverCounters struct {
@@ -123,19 +121,24 @@ type serverCounters struct {
 	starts, handOffs, checks, skips, panic atomic.Uint64
 }
 
-// Stats returns a snapshot of s's counters.
+// Stats returns the counters a user watches.
 func (s *Server) Stats() ServerStats {
 	st := &s.stats
 	return ServerStats{
-		Conns:         uint64(max(st.conns.Load(), 0)),
-		Idle:          uint64(max(st.idle.Load(), 0)),
-		Running:       uint64(max(st.running.Load(), 0)),
-		HandlerStarts: st.starts.Load(),
-		HandOffs:      st.handOffs.Load(),
-		HandOffChecks: st.checks.Load(),
-		HandOffSkips:  st.skips.Load(),
-		Panics:        st.panic.Load(),
+		Conns:       uint64(max(st.conns.Load(), 0)),
+		Idle:        uint64(max(st.idle.Load(), 0)),
+		Running:     uint64(max(st.running.Load(), 0)),
+		HandlerRuns: st.starts.Load(),
+		Panics:      st.panic.Load(),
 	}
+}
+
+// ReadStats sets the Value of each sample to s's statistic of that Name:
+// the names AllStats marks Server. An unknown name, or a Group's, gets 0
+// and an error wrapping ErrUnknownStat; the other samples are read all
+// the same.
+func (s *Server) ReadStats(samples []Sample) error {
+	return readStats(samples, &statSource{s: &s.stats}, true)
 }
 
 func (s *Server) logf(format string, args ...any) {

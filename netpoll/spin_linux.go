@@ -157,7 +157,7 @@ const (
 )
 
 // autoSpin is one poller's SpinAuto state. Only the goroutine polling for
-// the poller touches it: its loop goroutine, or under WaitInline the holder
+// the poller touches it: its loop goroutine, or under waitInline the holder
 // of the role (inlineWait.held). What Stats reads is in pollerCounters.
 type autoSpin struct {
 	w           func() time.Duration // W now (wakeCost)
@@ -454,7 +454,7 @@ func (a *autoSpin) release() {
 	a.endTiming() // the poller stops: block calls it with no period timed
 }
 
-// leaveRole is release for a WaitInline holder that leaves the role with
+// leaveRole is release for a waitInline holder that leaves the role with
 // the policy mid-period: its slot, if held, is given back and taken again
 // at the next holder's idle moment (phaseBusy), since nobody may watch the
 // epoll fd in between, or for good.

@@ -1,84 +1,49 @@
 package netpoll
 
-import "time"
+import (
+	"errors"
+	"fmt"
+	"time"
+)
 
-// PollerStats counts one poller's work since its group was created. Every
-// counter only grows, except Descriptors.
-type PollerStats struct {
-	EpollWaits    uint64        // epoll_wait calls
-	EmptyPolls    uint64        // epoll_wait calls that returned no event
-	BlockingWaits uint64        // times the poller blocked: epoll_wait(-1), or parked (WaitNested; under WaitInline, the holder parked too)
-	Wakeups       uint64        // blocking waits that returned
-	EmptyWakeups  uint64        // wakeups whose first poll woke no goroutine
-	Woken         uint64        // parked operations (reads, writes, accepts) the poller's events woke
-	SpinPolls     uint64        // epoll_wait(0) calls made without blocking: spins, and SpinAuto's poll after events
-	SpinHits      uint64        // spin polls that returned events
-	SpinDecisions uint64        // SpinAuto: idle periods the poller chose to spin through
-	SpinFound     uint64        // SpinAuto: spins that found an event within the budget
-	SpinGaveUp    uint64        // SpinAuto: spins that used up the budget and blocked
-	SpinTime      time.Duration // SpinAuto: time spent in those spins
-	SpinRefused   uint64        // SpinAuto: idle periods it would have spun through but blocked, refused by the CPU quota gate (doc.go, "Spinning")
-	SpinUnpaid    uint64        // SpinAuto: idle periods its spins' hit rate asked to spin through but blocked, the spins costing more CPU per event found than 2 blocks (doc.go, "Spinning")
-	BlockCost     time.Duration // SpinAuto: process CPU time a blocked idle period costs, the median of clean samples (Total: the largest)
-	Events        uint64        // events returned by epoll_wait
-	StaleEvents   uint64        // events for a closed fd or an old generation, dropped
-
-	// WaitInline (inline_linux.go).
-	InlineWaits   uint64 // parks that waited on the epoll fd themselves (took the poller's role)
-	StepAsides    uint64 // of those, the ones that woke others before their own event came and went on waiting on their channel
-	Takeovers     uint64 // times the role, left out with operations parked, went to the poller's goroutine: by the timer, or for an operation with a deadline
-	CrowdHandoffs uint64 // times a holder gave the role to the poller's goroutine because inlineCrowd operations or more were parked
-
-	CtlAdd uint64 // EPOLL_CTL_ADD calls
-	CtlMod uint64 // EPOLL_CTL_MOD calls (OneShot re-arms, LevelTriggered EPOLLOUT)
-	CtlDel uint64 // EPOLL_CTL_DEL calls
-
-	ReadParks   uint64 // reads and accepts that parked
-	WriteParks  uint64 // writes and connects that parked
-	EAGAIN      uint64 // syscalls that returned EAGAIN
-	ReadyTokens uint64 // edges consumed after EAGAIN without parking
-	ShortSkips  uint64 // reads and writes that went to wait without a syscall after a short one (Config.ShortRead)
-
-	LevelDisarms   uint64 // LevelTriggered readers disarmed for not reading
-	Accepts        uint64 // connections accepted on this poller
-	AcceptEAGAIN   uint64 // accept4 calls on this poller that found no connection (EAGAIN): a woken acceptor another took the connection from
-	AcceptBackoffs uint64 // accept back-offs while out of fds or memory
-	Rotations      uint64 // Exclusive listener registrations re-queued for balance
-	HandOffs       uint64 // accept turns passed to this poller by balancing (an edge handed over)
-
-	// Zero copy (Conn.ReadFrom, Conn.WriteTo), counted on the poller of
-	// the Conn whose method ran.
-	Sendfiles     uint64 // sendfile calls
-	SendfileBytes uint64 // bytes they sent
-	Splices       uint64 // splice calls, into and out of the pipe
-	SpliceBytes   uint64 // bytes spliced to the destination
-
-	Descriptors uint64 // conns and listener registrations on this poller now
+// pollerStats is a snapshot of one poller's counters, or their sum over a
+// group's pollers; statTable names and describes each field. Every counter
+// only grows, except the gauges Descriptors and Conns.
+type pollerStats struct {
+	EpollWaits, EmptyPolls, BlockingWaits, Wakeups, EmptyWakeups, Woken uint64
+	SpinPolls, SpinHits, SpinDecisions, SpinFound, SpinGaveUp            uint64
+	SpinRefused, SpinUnpaid                                              uint64
+	SpinTime, BlockCost                                                  time.Duration // BlockCost sums as the largest
+	Events, StaleEvents                                                  uint64
+	InlineWaits, StepAsides, Takeovers, CrowdHandoffs                    uint64
+	CtlAdd, CtlMod, CtlDel                                               uint64
+	ReadParks, WriteParks, EAGAIN, ReadyTokens, ShortSkips               uint64
+	LevelDisarms, Accepts, AcceptEAGAIN, AcceptBackoffs                  uint64
+	Rotations, AcceptTurns                                               uint64
+	Sendfiles, SendfileBytes, Splices, SpliceBytes                       uint64
+	Descriptors, Conns                                                   uint64
 }
 
-// Stats is a snapshot of a group's counters, per poller and summed.
-type Stats struct {
-	Pollers []PollerStats
-	Total   PollerStats
+// groupStats is every counter of a group: per poller, summed, and the
+// adaptive spinning's group-wide figures.
+type groupStats struct {
+	Pollers []pollerStats
+	Total   pollerStats
 
-	// SpinAuto only (zero otherwise): W, the wakeup round trip through the
-	// runtime's netpoller as measured in this process now, and the largest
-	// budget a poller chose at its latest idle moment. See doc.go,
-	// "Spinning".
+	// With adaptive spinning only (zero otherwise): W, the wakeup round
+	// trip through the runtime's netpoller as measured in this process
+	// now; the largest budget a poller chose at its latest idle moment;
+	// the process's CPU limit in CPUs (its cgroup's quota over its
+	// period, the tightest on the way to the root), 0 when there is none.
 	WakeCost   time.Duration
 	SpinBudget time.Duration
-
-	// CPULimit is the process's CPU limit in CPUs (its cgroup's quota over
-	// its period, the tightest on the way to the root), as SpinAuto reads
-	// it; 0 when there is none or no SpinAuto poller runs. See doc.go,
-	// "Spinning".
-	CPULimit float64
+	CPULimit   float64
 }
 
 // counter names one counter: its slot in a poller's pollerCounters and
-// the PollerStats field it fills. This block and PollerStats.counters are
-// the one list of counters; the PollerStats fields that are not counters
-// (SpinTime, BlockCost, Descriptors) are filled by poller.stats and summed
+// the pollerStats field it fills. This block and pollerStats.counters are
+// the one list of counters; the pollerStats fields that are not counters
+// (SpinTime, BlockCost, Descriptors, Conns) are filled by poller.stats and summed
 // by add by hand.
 type counter uint8
 
@@ -133,8 +98,8 @@ const (
 // numOpCounters: the counters below it are counted by operations, striped.
 const numOpCounters = cEpollWaits
 
-// counters returns, for each counter, the PollerStats field it fills.
-func (s *PollerStats) counters() [numCounters]*uint64 {
+// counters returns, for each counter, the pollerStats field it fills.
+func (s *pollerStats) counters() [numCounters]*uint64 {
 	return [numCounters]*uint64{
 		cReadParks:      &s.ReadParks,
 		cWriteParks:     &s.WriteParks,
@@ -168,7 +133,7 @@ func (s *PollerStats) counters() [numCounters]*uint64 {
 		cAcceptEAGAIN:   &s.AcceptEAGAIN,
 		cAcceptBackoffs: &s.AcceptBackoffs,
 		cRotations:      &s.Rotations,
-		cAcceptTurns:    &s.HandOffs,
+		cAcceptTurns:    &s.AcceptTurns,
 		cSendfiles:      &s.Sendfiles,
 		cSendfileBytes:  &s.SendfileBytes,
 		cSplices:        &s.Splices,
@@ -176,7 +141,7 @@ func (s *PollerStats) counters() [numCounters]*uint64 {
 	}
 }
 
-func (s *PollerStats) add(o *PollerStats) {
+func (s *pollerStats) add(o *pollerStats) {
 	to, from := s.counters(), o.counters()
 	for c := range numCounters {
 		*to[c] += *from[c]
@@ -184,4 +149,152 @@ func (s *PollerStats) add(o *PollerStats) {
 	s.SpinTime += o.SpinTime
 	s.BlockCost = max(s.BlockCost, o.BlockCost)
 	s.Descriptors += o.Descriptors
+	s.Conns += o.Conns
+}
+
+// Stats is what a user watches of a group: a few counters. ReadStats reads
+// the rest by name.
+type Stats struct {
+	Conns   uint64 // connections open now, accepted and dialed
+	Accepts uint64 // connections accepted since the group was created
+	Parks   uint64 // operations that waited for readiness: reads and accepts, writes and connects
+	Wakeups uint64 // times a blocked poller was woken
+}
+
+// A Sample is one named statistic: ReadStats fills Value for each Name.
+type Sample struct {
+	Name  string
+	Value uint64
+}
+
+// StatDescription describes one statistic ReadStats can read, in the
+// style of runtime/metrics: the name ends in its unit, after a colon.
+type StatDescription struct {
+	Name        string // such as "/netpoll/epoll/waits:calls"
+	Description string
+	Cumulative  bool // only grows; false for a value now (a gauge)
+	Server      bool // a Server's (read by Server.ReadStats), not a Group's
+}
+
+// stat is one row of statTable: its description and how to read it from a
+// snapshot.
+type stat struct {
+	StatDescription
+	read func(*statSource) uint64
+}
+
+// statSource is what a ReadStats call reads from: a group's counters, or a
+// server's.
+type statSource struct {
+	g *groupStats
+	p *pollerStats // the poller read (ReadPollerStats) or the group's Total
+	s *serverCounters
+}
+
+// statTable lists every statistic, in the order AllStats returns them.
+var statTable = func() []stat {
+	var t []stat
+	counter := func(name, desc string, c counter) {
+		t = append(t, stat{StatDescription{name, desc, true, false}, func(s *statSource) uint64 { return *s.p.counters()[c] }})
+	}
+	gauge := func(name, desc string, cumulative bool, read func(*statSource) uint64) {
+		t = append(t, stat{StatDescription{name, desc, cumulative, false}, read})
+	}
+	server := func(name, desc string, cumulative bool, read func(*serverCounters) uint64) {
+		t = append(t, stat{StatDescription{name, desc, cumulative, true}, func(s *statSource) uint64 { return read(s.s) }})
+	}
+	gauge("/netpoll/conns:conns", "Connections open now, accepted and dialed.", false, func(s *statSource) uint64 { return s.p.Conns })
+	gauge("/netpoll/descriptors:descriptors", "Descriptors registered now: connections and listener registrations.", false, func(s *statSource) uint64 { return s.p.Descriptors })
+	counter("/netpoll/accepts:conns", "Connections accepted.", cAccepts)
+	counter("/netpoll/parks/read:operations", "Reads and accepts that parked to wait for readiness.", cReadParks)
+	counter("/netpoll/parks/write:operations", "Writes and connects that parked to wait for readiness.", cWriteParks)
+	counter("/netpoll/eagain:calls", "Syscalls that returned EAGAIN.", cEAGAIN)
+	counter("/netpoll/ready-tokens:edges", "Edges consumed after EAGAIN without parking.", cReadyTokens)
+	counter("/netpoll/short-skips:operations", "Reads and writes that waited without a syscall after a short one (shortread=on).", cShortSkips)
+	counter("/netpoll/epoll/waits:calls", "epoll_wait calls.", cEpollWaits)
+	counter("/netpoll/epoll/empty-waits:calls", "epoll_wait calls that returned no event.", cEmptyPolls)
+	counter("/netpoll/epoll/events:events", "Events epoll_wait returned.", cEvents)
+	counter("/netpoll/epoll/stale-events:events", "Events for a closed descriptor or an old registration, dropped.", cStaleEvents)
+	counter("/netpoll/epoll/ctl-add:calls", "EPOLL_CTL_ADD calls.", cCtlAdd)
+	counter("/netpoll/epoll/ctl-mod:calls", "EPOLL_CTL_MOD calls (mode=oneshot re-arms, mode=lt write interest).", cCtlMod)
+	counter("/netpoll/epoll/ctl-del:calls", "EPOLL_CTL_DEL calls.", cCtlDel)
+	counter("/netpoll/poller/blocks:calls", "Times a poller blocked: in epoll_wait(-1), or parked in the runtime's netpoller.", cBlockingWaits)
+	counter("/netpoll/poller/wakeups:calls", "Blocks that returned.", cWakeups)
+	counter("/netpoll/poller/empty-wakeups:calls", "Wakeups whose first poll woke no operation.", cEmptyWakeups)
+	counter("/netpoll/poller/woken:operations", "Parked operations the pollers' events woke.", cWoken)
+	counter("/netpoll/spin/polls:calls", "epoll_wait(0) calls made without blocking: spins, and the poll after events.", cSpinPolls)
+	counter("/netpoll/spin/hits:calls", "Spin polls that returned events.", cSpinHits)
+	counter("/netpoll/spin/decisions:periods", "Adaptive spinning: idle periods a poller chose to spin through.", cSpinDecisions)
+	counter("/netpoll/spin/found:periods", "Adaptive spinning: spins that found an event within the budget.", cSpinFound)
+	counter("/netpoll/spin/gave-up:periods", "Adaptive spinning: spins that used up the budget and blocked.", cSpinGaveUp)
+	counter("/netpoll/spin/refused:periods", "Adaptive spinning: idle periods it would have spun through, refused by the CPU quota.", cSpinRefused)
+	counter("/netpoll/spin/unpaid:periods", "Adaptive spinning: idle periods not spun through because spins cost more CPU per event found than blocks.", cSpinUnpaid)
+	gauge("/netpoll/spin/time:nanoseconds", "Adaptive spinning: time spent in spins.", true, func(s *statSource) uint64 { return uint64(s.p.SpinTime) })
+	gauge("/netpoll/spin/block-cost:nanoseconds", "Adaptive spinning: process CPU time a blocked idle period costs (the largest over pollers).", false, func(s *statSource) uint64 { return uint64(s.p.BlockCost) })
+	gauge("/netpoll/spin/wake-cost:nanoseconds", "Adaptive spinning: the wakeup round trip through the runtime's netpoller, measured in this process now.", false, func(s *statSource) uint64 { return uint64(s.g.WakeCost) })
+	gauge("/netpoll/spin/budget:nanoseconds", "Adaptive spinning: the largest budget a poller chose at its latest idle moment.", false, func(s *statSource) uint64 { return uint64(s.g.SpinBudget) })
+	gauge("/netpoll/spin/cpu-limit:millicpus", "Adaptive spinning: the process's cgroup CPU limit, 0 for none.", false, func(s *statSource) uint64 { return uint64(s.g.CPULimit*1000 + 0.5) })
+	counter("/netpoll/inline/waits:operations", "wait=inline: parks that waited on the epoll fd themselves.", cInlineWaits)
+	counter("/netpoll/inline/step-asides:operations", "wait=inline: of those, the ones that woke others before their own event came.", cStepAsides)
+	counter("/netpoll/inline/takeovers:calls", "wait=inline: times the poller's goroutine took the role left with operations parked.", cTakeovers)
+	counter("/netpoll/inline/crowd-handoffs:calls", "wait=inline: times a holder gave the role up because a crowd was parked.", cCrowdHandoffs)
+	counter("/netpoll/level-disarms:operations", "mode=lt: readers disarmed for not reading.", cLevelDisarms)
+	counter("/netpoll/accept/eagain:calls", "accept4 calls that found no connection: a woken acceptor another beat to it.", cAcceptEAGAIN)
+	counter("/netpoll/accept/backoffs:calls", "Accept back-offs while out of descriptors or memory.", cAcceptBackoffs)
+	counter("/netpoll/accept/rotations:calls", "Exclusive listener registrations re-queued for balance.", cRotations)
+	counter("/netpoll/accept/turns-passed:calls", "Accept turns passed to a poller by balancing.", cAcceptTurns)
+	counter("/netpoll/zerocopy/sendfiles:calls", "sendfile calls (Conn.ReadFrom from a file).", cSendfiles)
+	counter("/netpoll/zerocopy/sendfile:bytes", "Bytes sendfile sent.", cSendfileBytes)
+	counter("/netpoll/zerocopy/splices:calls", "splice calls, into and out of the pipe (Conn.ReadFrom, Conn.WriteTo).", cSplices)
+	counter("/netpoll/zerocopy/splice:bytes", "Bytes spliced to the destination.", cSpliceBytes)
+
+	server("/server/conns:conns", "Connections open now.", false, func(c *serverCounters) uint64 { return uint64(max(c.conns.Load(), 0)) })
+	server("/server/idle:conns", "Connections waiting for work now.", false, func(c *serverCounters) uint64 { return uint64(max(c.idle.Load(), 0)) })
+	server("/server/running:handlers", "Handlers running now.", false, func(c *serverCounters) uint64 { return uint64(max(c.running.Load(), 0)) })
+	server("/server/handler-runs:calls", "Handler calls.", true, func(c *serverCounters) uint64 { return c.starts.Load() })
+	server("/server/panics:calls", "Handlers that panicked (their connections were closed).", true, func(c *serverCounters) uint64 { return c.panic.Load() })
+	server("/server/hand-offs:calls", "Times a connection went idle with no goroutine.", true, func(c *serverCounters) uint64 { return c.handOffs.Load() })
+	server("/server/hand-off-checks:calls", "Socket checks (poll) a hand-off made: the last Read had not proved the socket drained.", true, func(c *serverCounters) uint64 { return c.checks.Load() })
+	server("/server/hand-off-skips:calls", "Hand-offs that needed no check: the last Read was short and no edge had come since.", true, func(c *serverCounters) uint64 { return c.skips.Load() })
+	return t
+}()
+
+// statIndex finds a statTable row by name.
+var statIndex = func() map[string]int {
+	m := make(map[string]int, len(statTable))
+	for i, st := range statTable {
+		m[st.Name] = i
+	}
+	return m
+}()
+
+// AllStats describes every statistic ReadStats can read.
+func AllStats() []StatDescription {
+	d := make([]StatDescription, len(statTable))
+	for i, st := range statTable {
+		d[i] = st.StatDescription
+	}
+	return d
+}
+
+// ErrUnknownStat is wrapped by ReadStats's error for a name it cannot read.
+var ErrUnknownStat = errors.New("netpoll: unknown statistic")
+
+// readStats fills samples from src, server statistics or not. A name that is
+// not one of them leaves its Value 0 and is reported in the error, which
+// names the first such; the others are still read.
+func readStats(samples []Sample, src *statSource, server bool) error {
+	var err error
+	for i := range samples {
+		j, ok := statIndex[samples[i].Name]
+		if !ok || statTable[j].Server != server {
+			samples[i].Value = 0
+			if err == nil {
+				err = fmt.Errorf("%w %q", ErrUnknownStat, samples[i].Name)
+			}
+			continue
+		}
+		samples[i].Value = statTable[j].read(src)
+	}
+	return err
 }

@@ -32,6 +32,7 @@ type fdTable struct {
 
 	closed bool         // no more set: the group is closing; guarded by mu
 	live   atomic.Int64 // descriptors in the table now (Stats), moved under mu
+	conns  atomic.Int64 // of those, connections (kindConn), moved under mu
 }
 
 // fdChunk is how many consecutive fd numbers one chunk of slots holds.
@@ -83,6 +84,9 @@ func (t *fdTable) insert(d *desc, add func() error) error {
 		return err
 	}
 	t.live.Add(1)
+	if d.kind == kindConn {
+		t.conns.Add(1)
+	}
 	return nil
 }
 
@@ -122,6 +126,9 @@ func (t *fdTable) clear(d *desc) {
 	defer t.mu.Unlock()
 	if s := t.slot(d.fd); s != nil && s.CompareAndSwap(d, nil) {
 		t.live.Add(-1)
+		if d.kind == kindConn {
+			t.conns.Add(-1)
+		}
 	}
 }
 
