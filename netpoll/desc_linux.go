@@ -178,8 +178,8 @@ type desc struct {
 	fd   int
 	gen  uint32 // generation, packed with fd into epoll_event data
 	kind descKind
-	mode regMode  // registration mode: the group's, or edgeTriggered if kindShared
-	net  uint8 // a Conn's network: its index in networks
+	mode regMode // registration mode: the group's, or edgeTriggered if kindShared
+	net  uint8   // a Conn's network: its index in networks
 	// skip turns on short-read skipping for this descriptor: a connection
 	// of a group with Config.ShortRead on. Set before registration.
 	skip bool

@@ -11,17 +11,17 @@ import (
 // only grows, except the gauges Descriptors and Conns.
 type pollerStats struct {
 	EpollWaits, EmptyPolls, BlockingWaits, Wakeups, EmptyWakeups, Woken uint64
-	SpinPolls, SpinHits, SpinDecisions, SpinFound, SpinGaveUp            uint64
-	SpinRefused, SpinUnpaid                                              uint64
-	SpinTime, BlockCost                                                  time.Duration // BlockCost sums as the largest
-	Events, StaleEvents                                                  uint64
-	InlineWaits, StepAsides, Takeovers, CrowdHandoffs                    uint64
-	CtlAdd, CtlMod, CtlDel                                               uint64
-	ReadParks, WriteParks, EAGAIN, ReadyTokens, ShortSkips               uint64
-	LevelDisarms, Accepts, AcceptEAGAIN, AcceptBackoffs                  uint64
-	Rotations, AcceptTurns                                               uint64
-	Sendfiles, SendfileBytes, Splices, SpliceBytes                       uint64
-	Descriptors, Conns                                                   uint64
+	SpinPolls, SpinHits, SpinDecisions, SpinFound, SpinGaveUp           uint64
+	SpinRefused, SpinUnpaid                                             uint64
+	SpinTime, BlockCost                                                 time.Duration // BlockCost sums as the largest
+	Events, StaleEvents                                                 uint64
+	InlineWaits, StepAsides, Takeovers, CrowdHandoffs                   uint64
+	CtlAdd, CtlMod, CtlDel                                              uint64
+	ReadParks, WriteParks, EAGAIN, ReadyTokens, ShortSkips              uint64
+	LevelDisarms, Accepts, AcceptEAGAIN, AcceptBackoffs                 uint64
+	Rotations, AcceptTurns                                              uint64
+	Sendfiles, SendfileBytes, Splices, SpliceBytes                      uint64
+	Descriptors, Conns                                                  uint64
 }
 
 // groupStats is every counter of a group: per poller, summed, and the
