@@ -34,10 +34,10 @@ import (
 // mean, which the test checks).
 func BenchmarkAcceptStream(b *testing.B) {
 	for _, spin := range []string{"auto", "0"} {
-		for _, wait := range []netpoll.Wait{netpoll.WaitBlock, netpoll.WaitNested} {
+		for _, wait := range []string{"block", "nested"} {
 			for _, pollers := range []int{8, 32} {
-				for _, sh := range []netpoll.Sharing{netpoll.Single, netpoll.Exclusive, netpoll.WakeAll, netpoll.ReusePort} {
-					if sh == netpoll.Exclusive && wait == netpoll.WaitNested {
+				for _, sh := range []string{"single", "exclusive", "wakeall", "reuseport"} {
+					if sh == "exclusive" && wait == "nested" {
 						continue // New refuses it: see netpoll's doc, "Pollers and sharing"
 					}
 					cfg, err := netpoll.ParseConfig(fmt.Sprintf("spin=%s,wait=%s,pollers=%d,sharing=%s", spin, wait, pollers, sh))
@@ -64,25 +64,31 @@ func acceptStream(b *testing.B, cfg netpoll.Config) {
 		b.Fatal(err)
 	}
 	defer l.Close()
-	s0 := g.Stats()
+	pollers := func() []map[string]uint64 {
+		var ps []map[string]uint64
+		for i := range pollersOf(b, g) {
+			ps = append(ps, readAll(b, func(s []netpoll.Sample) error { return g.ReadPollerStats(i, s) }))
+		}
+		return ps
+	}
+	s0, p0 := readAll(b, g.ReadStats), pollers()
 	ctxsw, cpu := stream(b, l)
-	s1 := g.Stats()
+	s1, p1 := readAll(b, g.ReadStats), pollers()
 	n := float64(b.N)
-	per := func(after, before uint64) float64 { return float64(after-before) / n }
-	t0, t1 := s0.Total, s1.Total
+	per := func(name string) float64 { return float64(s1[name]-s0[name]) / n }
 	b.ReportMetric(ctxsw/n, "ctxsw/op")
 	b.ReportMetric(float64(cpu.Nanoseconds())/n, "cpu-ns/op")
-	b.ReportMetric(per(t1.EpollWaits, t0.EpollWaits), "epoll_wait/op")
-	b.ReportMetric(per(t1.EmptyPolls, t0.EmptyPolls), "empty-polls/op")
-	b.ReportMetric(per(t1.Wakeups, t0.Wakeups), "wakeups/op")
-	b.ReportMetric(per(t1.EmptyWakeups, t0.EmptyWakeups), "empty-wakeups/op")
-	b.ReportMetric(per(t1.Woken, t0.Woken), "woken/op")
-	b.ReportMetric(per(t1.AcceptEAGAIN, t0.AcceptEAGAIN), "accept-eagain/op")
-	b.ReportMetric(per(t1.SpinPolls, t0.SpinPolls), "spin-polls/op")
+	b.ReportMetric(per("/netpoll/epoll/waits:calls"), "epoll_wait/op")
+	b.ReportMetric(per("/netpoll/epoll/empty-waits:calls"), "empty-polls/op")
+	b.ReportMetric(per("/netpoll/poller/wakeups:calls"), "wakeups/op")
+	b.ReportMetric(per("/netpoll/poller/empty-wakeups:calls"), "empty-wakeups/op")
+	b.ReportMetric(per("/netpoll/poller/woken:operations"), "woken/op")
+	b.ReportMetric(per("/netpoll/accept/eagain:calls"), "accept-eagain/op")
+	b.ReportMetric(per("/netpoll/spin/polls:calls"), "spin-polls/op")
 	var acc []uint64
 	var sum uint64
-	for i := range s1.Pollers {
-		acc = append(acc, s1.Pollers[i].Accepts-s0.Pollers[i].Accepts)
+	for i := range p1 {
+		acc = append(acc, p1[i]["/netpoll/accepts:conns"]-p0[i]["/netpoll/accepts:conns"])
 		sum += acc[i]
 	}
 	if sum != uint64(b.N) {

@@ -6,11 +6,13 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/edgepoll/edgepoll/internal/servecmd"
 	"github.com/edgepoll/edgepoll/netpoll"
 )
 
@@ -20,7 +22,7 @@ type impl struct {
 	name   string // key=value path, e.g. impl=netpoll/mode=et/wait=nested
 	listen func(ctx context.Context, network, addr string) (net.Listener, error)
 	dial   func(ctx context.Context, network, addr string) (net.Conn, error)
-	stats  func() netpoll.Stats // nil for package net
+	stats  func([]netpoll.Sample) error // the group's ReadStats; nil for package net
 	close  func()
 }
 
@@ -30,47 +32,46 @@ func netImpl() impl {
 	return impl{name: "impl=net", listen: lc.Listen, dial: d.DialContext, close: func() {}}
 }
 
-func netpollImpl(b *testing.B, cfg netpoll.Config) impl {
+// netpollImpl is a group configured by s in the NETPOLL syntax, named
+// after its settings: s spells out mode, pollers, sharing, spin and wait,
+// so that the names match the recorded runs'.
+func netpollImpl(b *testing.B, s string) impl {
+	cfg, err := netpoll.ParseConfig(s)
+	if err != nil {
+		b.Fatal(err)
+	}
 	g, err := netpoll.New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
-	spin := cfg.Spin.String()
-	switch {
-	case cfg.SpinPolicy == netpoll.SpinAuto || (cfg.SpinPolicy == netpoll.SpinDefault && cfg.Spin == 0):
-		spin = "auto"
-	case cfg.Spin < 0:
-		spin = "forever"
-	}
-	pollers := max(cfg.Pollers, netpoll.DefaultPollers)
 	return impl{
-		name: fmt.Sprintf("impl=netpoll/mode=%s/pollers=%d/sharing=%s/spin=%s/wait=%s",
-			cfg.Mode, pollers, cfg.Sharing, spin, cfg.Wait),
-		listen: g.Listen, dial: g.Dial, stats: g.Stats,
+		name: "impl=netpoll/" + strings.ReplaceAll(s, ",", "/"),
+		listen: func(ctx context.Context, network, addr string) (net.Listener, error) {
+			return g.Listen(ctx, network, addr)
+		},
+		dial:  func(ctx context.Context, network, addr string) (net.Conn, error) { return g.Dial(ctx, network, addr) },
+		stats: g.ReadStats,
 		close: func() { g.Close() },
 	}
 }
 
 // impls lists package net and netpoll in every mode with the default wait
-// strategy and every wait strategy in EdgeTriggered mode, all without
-// spinning, then spinning: fixed budgets and SpinAuto (the default).
+// strategy and every wait strategy in edge-triggered mode, all without
+// spinning, then spinning: fixed budgets and the adaptive default.
 func impls(b *testing.B) []func() impl {
 	fs := []func() impl{netImpl}
 	// The modes and wait strategies without spinning (spin=0s), so that
 	// they compare with each other and with the recorded runs.
-	for _, m := range []netpoll.Mode{netpoll.EdgeTriggered, netpoll.OneShot, netpoll.LevelTriggered} {
-		fs = append(fs, func() impl { return netpollImpl(b, netpoll.Config{Mode: m, SpinPolicy: netpoll.SpinFixed}) })
+	for _, m := range []string{"et", "oneshot", "lt"} {
+		fs = append(fs, func() impl { return netpollImpl(b, "mode="+m+",pollers=1,sharing=single,spin=0s,wait=default") })
 	}
-	for _, w := range []netpoll.Wait{netpoll.WaitBlock, netpoll.WaitInline} {
-		fs = append(fs, func() impl { return netpollImpl(b, netpoll.Config{Wait: w, SpinPolicy: netpoll.SpinFixed}) })
+	for _, w := range []string{"block", "inline"} {
+		fs = append(fs, func() impl { return netpollImpl(b, "mode=et,pollers=1,sharing=single,spin=0s,wait="+w) })
 	}
-	for _, spin := range []time.Duration{50 * time.Microsecond, -1} {
-		fs = append(fs, func() impl { return netpollImpl(b, netpoll.Config{Spin: spin}) })
+	for _, spin := range []string{"50µs", "forever", "auto"} {
+		fs = append(fs, func() impl { return netpollImpl(b, "mode=et,pollers=1,sharing=single,spin="+spin+",wait=default") })
 	}
-	fs = append(fs, func() impl { return netpollImpl(b, netpoll.Config{SpinPolicy: netpoll.SpinAuto}) })
-	fs = append(fs, func() impl {
-		return netpollImpl(b, netpoll.Config{Pollers: 2, Sharing: netpoll.Exclusive, Wait: netpoll.WaitBlock, SpinPolicy: netpoll.SpinFixed})
-	})
+	fs = append(fs, func() impl { return netpollImpl(b, "mode=et,pollers=2,sharing=exclusive,spin=0s,wait=block") })
 	return fs
 }
 
@@ -124,7 +125,7 @@ func echo(b *testing.B, im impl, conns, size int) {
 	}
 	b.SetBytes(int64(2 * size))
 	b.ReportAllocs()
-	m := startMeter(im)
+	m := startMeter(b, im)
 	lat, err := parallel(b, conns, func(i int) func() error {
 		c, out, in := cs[i], make([]byte, size), make([]byte, size)
 		return func() error { return roundTrip(c, out, in) }
@@ -217,14 +218,29 @@ func serveEach(l net.Listener, handle func(net.Conn)) {
 type meter struct {
 	im    impl
 	ru    syscall.Rusage
-	stats netpoll.PollerStats
+	stats map[string]uint64
 }
 
-func startMeter(im impl) *meter {
+// readAll reads every group statistic through read (a group's ReadStats
+// or ReadPollerStats) by name.
+func readAll(b *testing.B, read func([]netpoll.Sample) error) map[string]uint64 {
+	m, err := servecmd.ReadStats(false, read)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return m
+}
+
+// pollersOf returns g's poller count.
+func pollersOf(b *testing.B, g *netpoll.Group) int {
+	return int(readAll(b, g.ReadStats)["/netpoll/pollers:pollers"])
+}
+
+func startMeter(b *testing.B, im impl) *meter {
 	m := &meter{im: im}
 	syscall.Getrusage(syscall.RUSAGE_SELF, &m.ru)
 	if im.stats != nil {
-		m.stats = im.stats().Total
+		m.stats = readAll(b, im.stats)
 	}
 	return m
 }
@@ -237,10 +253,17 @@ func (m *meter) report(b *testing.B) {
 	b.ReportMetric(float64(cpu.Nanoseconds())/n, "cpu-ns/op")
 	b.ReportMetric(float64(ru.Nvcsw+ru.Nivcsw-m.ru.Nvcsw-m.ru.Nivcsw)/n, "ctxsw/op")
 	if m.im.stats != nil {
-		s := m.im.stats().Total
-		b.ReportMetric(float64(s.CtlAdd+s.CtlMod+s.CtlDel-m.stats.CtlAdd-m.stats.CtlMod-m.stats.CtlDel)/n, "epoll_ctl/op")
-		b.ReportMetric(float64(s.EpollWaits-m.stats.EpollWaits)/n, "epoll_wait/op")
-		b.ReportMetric(float64(s.ReadParks+s.WriteParks-m.stats.ReadParks-m.stats.WriteParks)/n, "parks/op")
+		s := readAll(b, m.im.stats)
+		d := func(names ...string) float64 {
+			var sum float64
+			for _, name := range names {
+				sum += float64(s[name]) - float64(m.stats[name])
+			}
+			return sum / n
+		}
+		b.ReportMetric(d("/netpoll/epoll/ctl-add:calls", "/netpoll/epoll/ctl-mod:calls", "/netpoll/epoll/ctl-del:calls"), "epoll_ctl/op")
+		b.ReportMetric(d("/netpoll/epoll/waits:calls"), "epoll_wait/op")
+		b.ReportMetric(d("/netpoll/parks/read:operations", "/netpoll/parks/write:operations"), "parks/op")
 	}
 }
 

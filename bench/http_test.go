@@ -63,7 +63,7 @@ func httpPlaintext(b *testing.B, im impl, conns int) {
 		}
 	}
 	b.ReportAllocs()
-	m := startMeter(im)
+	m := startMeter(b, im)
 	lat, err := parallel(b, conns, func(int) func() error { return get })
 	m.report(b)
 	reportLatency(b, lat)

@@ -7,8 +7,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-
-	"github.com/edgepoll/edgepoll/netpoll"
 )
 
 // BenchmarkBlockedNeighbour measures what a connection waits for while
@@ -23,12 +21,12 @@ import (
 func BenchmarkBlockedNeighbour(b *testing.B) {
 	for _, f := range []func() impl{
 		netImpl,
-		func() impl { return netpollImpl(b, netpoll.Config{SpinPolicy: netpoll.SpinFixed}) },
+		func() impl { return netpollImpl(b, "mode=et,pollers=1,sharing=single,spin=0s,wait=default") },
 		func() impl {
-			return netpollImpl(b, netpoll.Config{Wait: netpoll.WaitInline, SpinPolicy: netpoll.SpinFixed})
+			return netpollImpl(b, "mode=et,pollers=1,sharing=single,spin=0s,wait=inline")
 		},
-		func() impl { return netpollImpl(b, netpoll.Config{}) },
-		func() impl { return netpollImpl(b, netpoll.Config{Wait: netpoll.WaitInline}) },
+		func() impl { return netpollImpl(b, "mode=et,pollers=1,sharing=single,spin=auto,wait=default") },
+		func() impl { return netpollImpl(b, "mode=et,pollers=1,sharing=single,spin=auto,wait=inline") },
 	} {
 		im := f()
 		b.Run(im.name+"/block=2ms", func(b *testing.B) {
@@ -80,7 +78,7 @@ func blockedNeighbour(b *testing.B, im impl, block time.Duration) {
 			}
 		}
 	}()
-	m := startMeter(im)
+	m := startMeter(b, im)
 	lat, err := parallel(b, 1, func(int) func() error {
 		out, in := []byte{'F'}, make([]byte, 1)
 		return func() error { return roundTrip(fast, out, in) }

@@ -320,7 +320,7 @@ func (s *acceptServer) measure(n, first int, every, window time.Duration) (phase
 	t0, c0 := time.Now(), s.count()
 	begin := func() {
 		if phase == phaseStats {
-			sr = readStats(s.g, every)
+			sr = startStatsReader(s.g, every)
 		}
 	}
 	// end closes the current window: the Stats goroutine's last call
@@ -382,15 +382,22 @@ func (r phases) report(b *testing.B) float64 {
 	return ratio
 }
 
-// statsReader is a goroutine calling Group.Stats on a ticker, timing each
-// call.
+// statsReader is a goroutine scraping a group on a ticker, as a metrics
+// exporter would: Group.Stats and ReadStats of every statistic, timing
+// each scrape.
 type statsReader struct {
 	stopc chan struct{}
 	done  chan []time.Duration
 }
 
-func readStats(g *netpoll.Group, every time.Duration) *statsReader {
+func startStatsReader(g *netpoll.Group, every time.Duration) *statsReader {
 	r := &statsReader{stopc: make(chan struct{}), done: make(chan []time.Duration, 1)}
+	var all []netpoll.Sample
+	for _, d := range netpoll.AllStats() {
+		if !d.Server {
+			all = append(all, netpoll.Sample{Name: d.Name})
+		}
+	}
 	go func() {
 		t := time.NewTicker(every)
 		defer t.Stop()
@@ -403,6 +410,7 @@ func readStats(g *netpoll.Group, every time.Duration) *statsReader {
 			case <-t.C:
 				t0 := time.Now()
 				g.Stats()
+				g.ReadStats(all)
 				calls = append(calls, time.Since(t0))
 			}
 		}

@@ -14,8 +14,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
-
-	"github.com/edgepoll/edgepoll/netpoll"
 )
 
 // grpcEcho serves grpc's interop TestService: unary and bidirectional
@@ -87,9 +85,9 @@ func TestGRPC(t *testing.T) {
 	)
 	sizes := []int{0, 1, 100, 4 << 10, 16<<10 + 1, 64 << 10, 256 << 10}
 	for _, mode := range modes {
-		t.Run("mode="+mode.String(), func(t *testing.T) {
-			sg := newGroup(t, netpoll.Config{Mode: mode})
-			cg := newGroup(t, netpoll.Config{Mode: mode, Pollers: 2})
+		t.Run("mode="+mode, func(t *testing.T) {
+			sg := newGroup(t, cfgOf(t, "mode="+mode))
+			cg := newGroup(t, cfgOf(t, "mode="+mode+",pollers=2"))
 			l := listen(t, sg, "tcp")
 			srv := grpc.NewServer()
 			testpb.RegisterTestServiceServer(srv, grpcEcho{})
@@ -203,12 +201,12 @@ func TestGRPC(t *testing.T) {
 			if n := dials.Load(); n < 1 {
 				t.Errorf("the client never dialed through our Dial")
 			}
-			st := sg.Stats().Total
+			st := sg.Stats()
 			if st.Accepts < uint64(dials.Load()) {
 				t.Errorf("server group accepted %d connections for %d dials", st.Accepts, dials.Load())
 			}
-			t.Logf("%d unary calls, %d streams × %d echoes, a server and a client stream over %d connection(s); server parks read %d write %d",
-				unary, streams, streamMsgs, dials.Load(), st.ReadParks, st.WriteParks)
+			t.Logf("%d unary calls, %d streams × %d echoes, a server and a client stream over %d connection(s); server parks %d",
+				unary, streams, streamMsgs, dials.Load(), st.Parks)
 		})
 	}
 }

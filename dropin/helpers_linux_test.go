@@ -10,7 +10,18 @@ import (
 	"github.com/edgepoll/edgepoll/netpoll"
 )
 
-var modes = []netpoll.Mode{netpoll.EdgeTriggered, netpoll.OneShot, netpoll.LevelTriggered}
+// modes are the registration modes, as the NETPOLL syntax names them.
+var modes = []string{"et", "oneshot", "lt"}
+
+// cfgOf is the Config s gives in the NETPOLL syntax.
+func cfgOf(t testing.TB, s string) netpoll.Config {
+	t.Helper()
+	cfg, err := netpoll.ParseConfig(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
 
 // newGroup starts a group and closes it when the test ends.
 func newGroup(t testing.TB, cfg netpoll.Config) *netpoll.Group {

@@ -17,7 +17,7 @@ func TestNetConn(t *testing.T) {
 	for _, mode := range modes {
 		for _, network := range []string{"tcp", "unix"} {
 			t.Run(fmt.Sprintf("mode=%s/net=%s", mode, network), func(t *testing.T) {
-				g := newGroup(t, netpoll.Config{Mode: mode})
+				g := newGroup(t, cfgOf(t, "mode="+mode))
 				nettest.TestConn(t, makePipe(t, g, network))
 			})
 		}
@@ -26,9 +26,9 @@ func TestNetConn(t *testing.T) {
 
 // TestSharingNetConn runs the suite on every Sharing mode.
 func TestSharingNetConn(t *testing.T) {
-	for _, sh := range []netpoll.Sharing{netpoll.Single, netpoll.Exclusive, netpoll.WakeAll, netpoll.ReusePort} {
+	for _, sh := range []string{"single", "exclusive", "wakeall", "reuseport"} {
 		t.Run(fmt.Sprintf("sharing=%s", sh), func(t *testing.T) {
-			g := newGroup(t, netpoll.Config{Pollers: 3, Sharing: sh})
+			g := newGroup(t, cfgOf(t, "pollers=3,sharing="+sh))
 			nettest.TestConn(t, makePipe(t, g, "tcp"))
 		})
 	}

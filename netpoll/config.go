@@ -255,10 +255,10 @@ func (k *knobs) parse(key, v string) error {
 			k.spin = spinForever
 		default:
 			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
+			if err != nil || d < 0 {
 				return &ConfigError{key, v, `want "auto" (the default), "off" (or 0), a fixed budget such as 50us, or "forever"`}
 			}
-			k.spin = d
+			k.spin, k.spinOff = d, d == 0
 		}
 	case "busypoll":
 		d, err := time.ParseDuration(v)

@@ -202,7 +202,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return s.Serve(ctx, func(_ context.Context, c net.Conn) { echoZeroRead(c, &pool, idle) })
 	}
 	if *waitRead {
-		return s.Serve(ctx, func(_ context.Context, c net.Conn) { echoWaiting(c.(readWaiter), &pool, idle) })
+		return s.Serve(ctx, func(_ context.Context, c net.Conn) { echoWaiting(c.(*netpoll.Conn), &pool, idle) })
 	}
 	return s.Serve(ctx, func(_ context.Context, c net.Conn) { echo(c, *bufSize, idle) })
 }
@@ -217,17 +217,11 @@ func idleDeadline(d time.Duration) func(c net.Conn) error {
 	return func(c net.Conn) error { return c.SetReadDeadline(time.Now().Add(d)) }
 }
 
-// readWaiter is netpoll's Conn: a net.Conn with a buffer-free wait.
-type readWaiter interface {
-	net.Conn
-	WaitRead() error
-}
-
 // echoWaiting is echo holding a buffer only while it reads and writes: it
 // waits for readability with none, and takes one from pool to echo. idle
 // (unless nil) sets the read deadline before each wait, which ends it as
 // it ends Read.
-func echoWaiting(c readWaiter, pool *sync.Pool, idle func(net.Conn) error) {
+func echoWaiting(c *netpoll.Conn, pool *sync.Pool, idle func(net.Conn) error) {
 	for {
 		if idle != nil && idle(c) != nil {
 			return

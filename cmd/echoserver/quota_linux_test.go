@@ -66,18 +66,18 @@ func TestQuotaGate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			st := quotaRun(t, tt.group)
 			t.Logf("server: %v", st)
-			limit, refused := st["cpu-limit"], st["spin-refused"]
+			limit, refused := st["/netpoll/spin/cpu-limit:millicpus"], st["/netpoll/spin/refused:periods"]
 			if tt.group == nil {
 				if limit != 0 || refused != 0 {
 					t.Errorf("no quota: cpu-limit %v, %v spins refused; want 0 and 0", limit, refused)
 				}
 				return
 			}
-			if limit != 0.5 {
-				t.Errorf("cpu-limit %v, want 0.5", limit)
+			if limit != 500 {
+				t.Errorf("cpu-limit %v millicpus, want 500", limit)
 			}
 			if refused == 0 {
-				t.Errorf("no spin refused by a server at its quota (%v spins decided)", st["spin-decisions"])
+				t.Errorf("no spin refused by a server at its quota (%v spins decided)", st["/netpoll/spin/decisions:periods"])
 			}
 		})
 	}
@@ -140,8 +140,7 @@ func quotaRun(t *testing.T, group *cpuquota.Group) map[string]float64 {
 	return parseStats(t, stderr.String())
 }
 
-// parseStats reads the numbers of a "netpoll stats:" line; durations are
-// left out.
+// parseStats reads the name=value pairs of a "netpoll stats:" line.
 func parseStats(t *testing.T, s string) map[string]float64 {
 	t.Helper()
 	_, line, ok := strings.Cut(s, "netpoll stats: ")

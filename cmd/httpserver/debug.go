@@ -5,17 +5,19 @@ import (
 	"net/http"
 	"net/http/pprof"
 
+	"github.com/edgepoll/edgepoll/internal/servecmd"
 	"github.com/edgepoll/edgepoll/netpoll"
 )
 
 // statsReport is what GET /stats returns: which implementation serves, the
-// netpoll group's counters (Pollers and Total, with PollerStats' field
-// names) and the process's resource usage.
+// netpoll group's statistics by name (netpoll.AllStats), summed and per
+// poller, and the process's resource usage.
 type statsReport struct {
-	Impl           string       `json:"impl"`             // net or netpoll
-	Config         string       `json:"config,omitempty"` // the group's Config in the NETPOLL syntax
-	*netpoll.Stats              // nil for -impl net
-	Process        processUsage `json:"process"`
+	Impl    string              `json:"impl"`              // net or netpoll
+	Config  string              `json:"config,omitempty"`  // the group's Config in the NETPOLL syntax
+	Stats   map[string]uint64   `json:"stats,omitempty"`   // nil for -impl net
+	Pollers []map[string]uint64 `json:"pollers,omitempty"` // nil for -impl net
+	Process processUsage        `json:"process"`
 }
 
 // processUsage is getrusage(RUSAGE_SELF): every thread of the process,
@@ -41,11 +43,20 @@ func newDebugHandler(g *netpoll.Group) http.Handler {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
 		report := statsReport{Impl: "net"}
-		if g != nil {
-			stats := g.Stats()
-			report.Impl, report.Config, report.Stats = "netpoll", g.Config().String(), &stats
-		}
 		var err error
+		if g != nil {
+			report.Impl, report.Config = "netpoll", g.Config().String()
+			report.Stats, err = servecmd.ReadStats(false, g.ReadStats)
+			for i := 0; err == nil && uint64(i) < report.Stats["/netpoll/pollers:pollers"]; i++ {
+				var p map[string]uint64
+				p, err = servecmd.ReadStats(false, func(s []netpoll.Sample) error { return g.ReadPollerStats(i, s) })
+				report.Pollers = append(report.Pollers, p)
+			}
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+		}
 		if report.Process, err = selfUsage(); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return

@@ -142,12 +142,7 @@ func TestDebug(t *testing.T) {
 			c.expect(t, "http://"+s.addr+"/plaintext", http.StatusOK, "text/plain", helloWorld)
 
 			resp := c.expect(t, "http://"+s.debugAddr+"/stats", http.StatusOK, "application/json", "")
-			var report struct {
-				Impl   string
-				Config string
-				netpoll.Stats
-				Process processUsage
-			}
+			var report statsReport
 			if err := json.Unmarshal(resp.body, &report); err != nil {
 				t.Fatalf("/stats: %v in %s", err, resp.body)
 			}
@@ -156,14 +151,18 @@ func TestDebug(t *testing.T) {
 				t.Errorf("/stats impl %q, want %q", report.Impl, wantImpl)
 			}
 			if wantImpl == "netpoll" {
-				if report.Total.Accepts == 0 || len(report.Pollers) != netpoll.DefaultPollers {
-					t.Errorf("/stats: Total.Accepts %d with %d pollers, want > 0 with %d, in %s",
-						report.Total.Accepts, len(report.Pollers), netpoll.DefaultPollers, resp.body)
+				const accepts = "/netpoll/accepts:conns"
+				if report.Stats[accepts] == 0 || len(report.Pollers) != netpoll.DefaultPollers || report.Pollers[0][accepts] != report.Stats[accepts] {
+					t.Errorf("/stats: %d accepts with %d pollers, want > 0 with %d, the same on poller 0, in %s",
+						report.Stats[accepts], len(report.Pollers), netpoll.DefaultPollers, resp.body)
+				}
+				if n := len(report.Stats); n != len(netpoll.AllStats())-serverStats() {
+					t.Errorf("/stats: %d statistics, want every group one (%d)", n, len(netpoll.AllStats())-serverStats())
 				}
 				if !strings.Contains(report.Config, "mode=et") {
 					t.Errorf("/stats config %q, want mode=et", report.Config)
 				}
-			} else if report.Pollers != nil || report.Total != (netpoll.PollerStats{}) || report.Config != "" {
+			} else if report.Pollers != nil || report.Stats != nil || report.Config != "" {
 				t.Errorf("/stats for impl=net has netpoll counters: %s", resp.body)
 			}
 			if p := report.Process; p.CPUNanos <= 0 || p.CtxSwitches <= 0 {
@@ -480,3 +479,14 @@ func (b *lockedBuffer) String() string {
 }
 
 var _ io.Writer = (*lockedBuffer)(nil)
+
+// serverStats counts the statistics netpoll.AllStats marks Server.
+func serverStats() int {
+	n := 0
+	for _, d := range netpoll.AllStats() {
+		if d.Server {
+			n++
+		}
+	}
+	return n
+}

@@ -16,6 +16,7 @@ import (
 	"net"
 	"os"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,7 +47,7 @@ func (f *Flags) Register(fs *flag.FlagSet, defaultAddr string) {
 	fs.IntVar(&f.Pollers, "pollers", 0, "netpoll pollers (0: the library default)")
 	fs.StringVar(&f.Sharing, "sharing", "single", "netpoll listener sharing: single, exclusive, wakeall or reuseport")
 	fs.StringVar(&f.Spin, "spin", "default", `netpoll spin: a budget (a duration, 0 for never, or "forever"), "auto", or "default" (the library's: auto)`)
-	fs.StringVar(&f.Wait, "wait", "default", `netpoll wait strategy: nested, block, yield, inline or "default" (nested; block with -sharing exclusive)`)
+	fs.StringVar(&f.Wait, "wait", "default", `netpoll wait strategy: nested, block, inline or "default" (nested; block with -sharing exclusive)`)
 	fs.StringVar(&f.ShortRead, "shortread", "default", `netpoll: skip the syscall that would return EAGAIN after a short read or write: on, off, or "default" (the library's: on)`)
 	fs.StringVar(&f.Network, "net", "tcp", "network: tcp, tcp4, tcp6 or unix")
 	fs.StringVar(&f.Addr, "addr", defaultAddr, "address to listen on")
@@ -180,24 +181,57 @@ func (s *Server) Close() {
 	}
 	if s.Group != nil {
 		if s.flags.Stats {
-			PrintStats(s.stderr, s.Group.Stats())
+			PrintStats(s.stderr, s.Group)
 		}
 		s.Group.Close()
 	}
 }
 
-// PrintStats writes a group's summed counters as one line of key=value
-// pairs, spin counters and the SpinAuto calibration included.
-func PrintStats(w io.Writer, st netpoll.Stats) {
-	t := st.Total
-	fmt.Fprintf(w, "netpoll stats: epoll-waits=%d blocking-waits=%d wakeups=%d empty-wakeups=%d events=%d "+
-		"spin-polls=%d spin-hits=%d spin-decisions=%d spin-found=%d spin-gave-up=%d spin-time=%v spin-refused=%d spin-unpaid=%d "+
-		"wake-cost=%v spin-budget=%v block-cost=%v cpu-limit=%g read-parks=%d write-parks=%d eagain=%d short-skips=%d "+
-		"sendfiles=%d sendfile-bytes=%d splices=%d splice-bytes=%d inline-waits=%d step-asides=%d takeovers=%d crowd-handoffs=%d\n",
-		t.EpollWaits, t.BlockingWaits, t.Wakeups, t.EmptyWakeups, t.Events,
-		t.SpinPolls, t.SpinHits, t.SpinDecisions, t.SpinFound, t.SpinGaveUp, t.SpinTime, t.SpinRefused, t.SpinUnpaid,
-		st.WakeCost, st.SpinBudget, t.BlockCost, st.CPULimit, t.ReadParks, t.WriteParks, t.EAGAIN, t.ShortSkips,
-		t.Sendfiles, t.SendfileBytes, t.Splices, t.SpliceBytes, t.InlineWaits, t.StepAsides, t.Takeovers, t.CrowdHandoffs)
+// PrintStats writes every statistic of a group (netpoll.AllStats), summed
+// over its pollers, as one line of name=value pairs.
+func PrintStats(w io.Writer, g *netpoll.Group) {
+	fmt.Fprintf(w, "netpoll stats: %s\n", samples(false, g.ReadStats))
+}
+
+// samples reads every group or server statistic through read and renders
+// them as name=value pairs, in netpoll.AllStats's order.
+func samples(server bool, read func([]netpoll.Sample) error) string {
+	ss, err := readSamples(server, read)
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for i, s := range ss {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s=%d", s.Name, s.Value)
+	}
+	return b.String()
+}
+
+func readSamples(server bool, read func([]netpoll.Sample) error) ([]netpoll.Sample, error) {
+	var ss []netpoll.Sample
+	for _, d := range netpoll.AllStats() {
+		if d.Server == server {
+			ss = append(ss, netpoll.Sample{Name: d.Name})
+		}
+	}
+	return ss, read(ss)
+}
+
+// ReadStats reads every group statistic (server false) or every Server
+// statistic (true) through read, a Group's or Server's ReadStats, by name.
+func ReadStats(server bool, read func([]netpoll.Sample) error) (map[string]uint64, error) {
+	ss, err := readSamples(server, read)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]uint64, len(ss))
+	for _, s := range ss {
+		m[s.Name] = s.Value
+	}
+	return m, nil
 }
 
 // Serve accepts on s.Listener and runs handle in a goroutine per
@@ -277,7 +311,7 @@ func (s *Server) ServeOnDemand(ctx context.Context, h netpoll.Handler) error {
 	}()
 	err := s.Wait(ctx, served)
 	if s.flags.Stats {
-		PrintServerStats(s.stderr, srv.Stats())
+		PrintServerStats(s.stderr, srv)
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), ShutdownGrace)
 	defer cancel()
@@ -291,11 +325,10 @@ func (s *Server) ServeOnDemand(ctx context.Context, h netpoll.Handler) error {
 	return err
 }
 
-// PrintServerStats writes a netpoll.Server's counters as one line of
-// key=value pairs.
-func PrintServerStats(w io.Writer, st netpoll.ServerStats) {
-	fmt.Fprintf(w, "netpoll server stats: conns=%d idle=%d running=%d handler-starts=%d hand-offs=%d hand-off-checks=%d hand-off-skips=%d panics=%d\n",
-		st.Conns, st.Idle, st.Running, st.HandlerStarts, st.HandOffs, st.HandOffChecks, st.HandOffSkips, st.Panics)
+// PrintServerStats writes every statistic of a netpoll.Server as one line
+// of name=value pairs.
+func PrintServerStats(w io.Writer, srv *netpoll.Server) {
+	fmt.Fprintf(w, "netpoll server stats: %s\n", samples(true, srv.ReadStats))
 }
 
 // copyListener accepts connections that show only net.Conn's methods, so
