@@ -23,8 +23,11 @@ type Group struct {
 	listeners map[*Listener]struct{}
 }
 
-// New starts a group of pollers configured by cfg. It returns a
-// *ConfigError for a bad or unsupported configuration.
+// New starts a group of pollers configured by cfg, and by cfg alone: the
+// NETPOLL environment variable configures only the default group
+// (Default). A program that wants it for its own groups passes
+// os.Getenv(EnvVar) to ParseConfig. New returns a *ConfigError for a bad
+// or unsupported configuration.
 func New(cfg Config) (*Group, error) {
 	set, err := cfg.settings()
 	if err != nil {
