@@ -1,8 +1,8 @@
 // Package netpoll is a netpoller for goroutine-per-connection servers and
 // clients. On Linux its Listener and Conn run on epoll instances of its own
 // instead of the Go runtime's, with the choices inside a netpoller
-// (registration mode, wait strategy, spinning) open to switch and measure;
-// a Server holds idle connections with no goroutine and no buffer. Both are
+// (registration mode, wait strategy, spinning) open to switch and measure; a
+// Server holds idle connections with no goroutine and no buffer. Both are
 // drop-ins for package net's: hand the listener to http.Server.Serve,
 // tls.NewListener or a gRPC server, and use the conn as any net.Conn.
 //
@@ -35,15 +35,13 @@
 // Config). A bad key or value is a *ConfigError naming it, from New and
 // ParseConfig, and for NETPOLL from every package-level call; there is no
 // silent fallback. Default returns a bad NETPOLL's error every time, but an
-// error creating the group (out of file descriptors, say) to that call
-// only: the next call tries again.
+// error creating the group (out of file descriptors, say) to that call only:
+// the next call tries again.
 //
 // Group.Listen and Group.Dial return a *Listener and a *Conn;
 // Listener.Accept returns a net.Conn and Listener.AcceptConn the *Conn, as
 // package net's AcceptTCP does. Only stream sockets are served: tcp, tcp4,
-// tcp6 and unix. Dial spreads connections over the group's pollers; an
-// accepted connection stays on the poller that accepted it, and
-// Config.Sharing says how pollers share a listener.
+// tcp6 and unix.
 //
 // # Package net's contract
 //
@@ -55,9 +53,10 @@
 // package net's; WriteTo splices to one; so io.Copy, http.FileServer and
 // http.ServeContent move bytes inside the kernel, with deadlines and Close
 // applying (io.Copy from a *net.TCPConn copies: package net's WriteTo hides
-// the TCPConn, so call the Conn's ReadFrom to splice). A Listener is a net.Listener with SetDeadline, File and
-// SyscallConn. Accepted and dialed TCP connections have keep-alive probes
-// on, with package net's idle time, interval and count.
+// the TCPConn, so call the Conn's ReadFrom to splice). A Listener is a
+// net.Listener with SetDeadline, File and SyscallConn. Accepted and dialed
+// TCP connections have keep-alive probes on, with package net's idle time,
+// interval and count.
 //
 // All methods of Group, Listener, Conn and Server are safe for concurrent
 // use. Concurrent Reads (or Writes) on one Conn are serialized, as in
@@ -67,12 +66,12 @@
 // A Read that returns fewer bytes than it asked for shows the socket
 // drained, so the next Read parks without the syscall that would return
 // EAGAIN (after a short TCP Write, likewise the next write), unless the
-// socket's events have announced urgent data, end of input, a hang-up or
-// an error. Code that has had the descriptor of a Conn or of a Listener
+// socket's events have announced urgent data, end of input, a hang-up or an
+// error. Code that has had the descriptor of a Conn or of a Listener
 // (SyscallConn, File, Config.Control, FileListener), and so may have set
 // options that end reads early, turns this off for that Conn, or for the
-// Conns accepted after it. A Read into memory that cannot be
-// faulted in (a foreign mmap) is not supported while it is on.
+// Conns accepted after it. A Read into memory that cannot be faulted in (a
+// foreign mmap) is not supported while it is on.
 //
 // # Errors
 //
@@ -93,9 +92,9 @@
 // An epoll_ctl that fails on a registration already made fails that
 // connection or listener: its operations, parked ones included, return an
 // error wrapping the syscall error, and so does a Conn's Close. Unlike
-// package net's, Accept does not return accept4's EMFILE, ENFILE, ENOBUFS
-// or ENOMEM: it backs off (5ms doubling to 1s) until descriptors or memory
-// are free.
+// package net's, Accept does not return accept4's EMFILE, ENFILE, ENOBUFS or
+// ENOMEM: it backs off (5ms doubling to 1s) until descriptors or memory are
+// free.
 //
 // # Serving on demand
 //
@@ -103,61 +102,67 @@
 // goroutine only while a connection has work, so that an idle connection
 // holds no goroutine and no buffer. The handler is called when the
 // connection is readable (data, EOF, an error such as a reset) or its read
-// deadline has passed; write readiness alone never calls it. It may block
-// as long as it likes mid-request, and at most one call runs per
-// connection at a time. When it returns nil, whatever is queued in the
-// socket then, or comes later, calls it again, exactly once; what it keeps
-// in its own buffers (a bufio.Reader's Buffered bytes) the Server cannot
-// see, so it returns only when they hold nothing it must act on.
-// Per-connection state lives in the handler's own value (Server.NewHandler
-// makes one per connection).
+// deadline has passed; write readiness alone never calls it. It may block as
+// long as it likes mid-request, and at most one call runs per connection at
+// a time; there is no pool of handler goroutines that handlers waiting on
+// each other could exhaust (a call is a goroutine, started by the edge that
+// brings work and gone when it returns). When it returns nil, whatever is
+// queued in the socket then, or comes later, calls it again, exactly once;
+// what it keeps in its own buffers (a bufio.Reader's Buffered bytes) the
+// Server cannot see, so it returns only when they hold nothing it must act
+// on. Per-connection state lives in the handler's own value
+// (Server.NewHandler makes one per connection).
 //
-// A non-nil error closes the connection; so does a nil return after its
-// Read met EOF or an error, or with its read deadline already past. A
-// connection idle for Server.IdleTimeout is closed, as http.Server's is. A
-// panicking handler is logged with its stack (Server.ErrorLog) and its
-// connection closed; the Server goes on. Server.ConnState reports new,
-// active, idle and closed, closed exactly once per connection: the cleanup
-// hook, since an idle connection has no stack to defer on. Other goroutines
-// may write to an idle connection at any time; a Read from outside the
-// handler fails with ErrServed. Shutdown closes the listeners and the idle
-// connections and waits for running handlers; Close ends everything at
-// once. Server.Conns lists the connections with their states (an idle one
-// is in no goroutine dump), and handler goroutines carry the pprof label
+// A non-nil error closes the connection; so does a nil return after its Read
+// met EOF or an error, or with its read deadline already past (a handler
+// that answers a deadline, with a ping say, sets a new one or none). A read
+// deadline that passes while the connection is idle calls the handler once,
+// whose Read reports the timeout. A connection idle for Server.IdleTimeout
+// is closed, as http.Server's is, and Close from anywhere ends an idle
+// connection without a call. A panicking handler is logged with its stack
+// (Server.ErrorLog) and its connection closed; the Server goes on.
+// Server.ConnState reports new, active, idle and closed, closed exactly once
+// per connection: the cleanup hook, since an idle connection has no stack to
+// defer on. Other goroutines may write to an idle connection at any time (a
+// slow reader's backpressure parks only that writer); a Read from outside
+// the handler fails with ErrServed. Shutdown closes the listeners and the
+// idle connections and waits for running handlers; Close ends everything at
+// once. Server.Conns lists the connections with their states (an idle one is
+// in no goroutine dump), and handler goroutines carry the pprof label
 // netpoll=handler.
 //
 // On connections of another package (package net's listener, or one that
 // wraps this package's connections) Serve falls back to one goroutine per
-// connection that waits for readability with no buffer, then calls the
-// same handler, so a program can switch with a flag. A *tls.Conn cannot be
-// served on demand: crypto/tls keeps records the Server cannot see.
+// connection that waits for readability with no buffer, then calls the same
+// handler, so a program can switch with a flag. A *tls.Conn cannot be served
+// on demand: crypto/tls keeps records the Server cannot see.
 //
 // # Waiting without a buffer
 //
 // Conn.WaitRead parks until a Read would not: data, EOF or an error is
 // queued, including what was queued before it was called. A goroutine that
-// keeps its connection waits with its stack alone and takes a buffer (from
-// a sync.Pool, say) only when there is something to read. The read
-// deadline and Close end it as they end Read. A nil return is no promise
-// that the next Read gets data: another goroutine may read first.
+// keeps its connection waits with its stack alone and takes a buffer (from a
+// sync.Pool, say) only when there is something to read. The read deadline
+// and Close end it as they end Read. A nil return is no promise that the
+// next Read gets data: another goroutine may read first.
 //
 // # Statistics
 //
 // Group.Stats returns the counts a user watches (connections, accepts,
 // parks, wakeups) and Server.Stats a Server's (connections, idle, running,
-// handler runs, panics). The rest are named samples
-// in the style of runtime/metrics: AllStats lists every name with its
-// meaning, and Group.ReadStats and Server.ReadStats fill a []Sample with
-// the values of the names it holds.
+// handler runs, panics). The rest are named samples in the style of
+// runtime/metrics: AllStats lists every name with its meaning, and
+// Group.ReadStats and Server.ReadStats fill a []Sample with the values of
+// the names it holds.
 //
 // # Other systems
 //
 // The epoll pollers are Linux's. On other systems the package builds with
 // the same types, and Listen, Dial, FileListener, Group and Server run on
 // package net; a Server there serves each connection with the fallback's
-// goroutine. WaitRead waits through the connection's RawConn and poll(2)
-// on other Unix systems, and returns an error wrapping
-// errors.ErrUnsupported on Windows.
+// goroutine. WaitRead waits through the connection's RawConn and poll(2) on
+// other Unix systems, and returns an error wrapping errors.ErrUnsupported on
+// Windows.
 //
 // What the experiments gain and cost, as measured, is BENCHMARKS.md at the
 // repository's root; how the package works and why it is safe (the
