@@ -21,7 +21,7 @@ import (
 // wakeups, parked operations woken, accept4 calls that found nothing
 // (EAGAIN: another acceptor took the connection), and spin polls; and the
 // spread of accepts over pollers (min and max/min). In the nested wait the
-// herd shows in the counters, not in context switches (doc.go, "Pollers
+// herd shows in the counters, not in context switches (netpoll/DESIGN.md, "Pollers
 // and sharing").
 //
 // The comparisons between sharing modes are this benchmark's, not a

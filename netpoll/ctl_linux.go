@@ -11,8 +11,8 @@ import (
 // epoll_ctl, and what a failed one does to a registered descriptor.
 //
 // Once a descriptor is registered, every later epoll_ctl on it can lose the
-// event a parked operation waits for if its failure is dropped: a OneShot
-// re-arm that fails leaves the fd disarmed, a LevelTriggered DEL and ADD
+// event a parked operation waits for if its failure is dropped: a oneShot
+// re-arm that fails leaves the fd disarmed, a levelTriggered DEL and ADD
 // whose ADD fails leaves it out of epoll. The kernel can fail an ADD for
 // want of memory (ENOMEM) or of watches (ENOSPC, max_user_watches); a MOD or
 // a DEL fails only when the registration is gone already (ENOENT) or the
@@ -28,7 +28,7 @@ var ctlHook atomic.Pointer[func(epfd, op, fd int, event *unix.EpollEvent) error]
 
 // epollCtl is epoll_ctl(2), or ctlHook's fault. The hook gets a copy of
 // the event: passing event itself to a call through a pointer would make
-// it escape, and every caller's event (a MOD per park in OneShot mode)
+// it escape, and every caller's event (a MOD per park in oneShot mode)
 // be allocated.
 func epollCtl(epfd, op, fd int, event *unix.EpollEvent) error {
 	if h := ctlHook.Load(); h != nil {

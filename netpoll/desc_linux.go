@@ -42,7 +42,7 @@ import (
 // held as ready: it is never lost. A stale ready costs one syscall that
 // returns EAGAIN.
 //
-// With short-read skipping (desc.skip, Config.ShortRead), a stream Read or
+// With short-read skipping (desc.skip, the shortread key), a stream Read or
 // Write also moves ready -> empty just before its syscall (consume), and a
 // syscall that moved fewer bytes than asked marks the direction drained:
 // the next operation in it goes to awaitReady before any syscall, so it parks
@@ -181,7 +181,7 @@ type desc struct {
 	mode regMode // registration mode: the group's, or edgeTriggered if kindShared
 	net  uint8   // a Conn's network: its index in networks
 	// skip turns on short-read skipping for this descriptor: a connection
-	// of a group with Config.ShortRead on. Set before registration.
+	// of a group with the shortread key on. Set before registration.
 	skip bool
 
 	p *poller

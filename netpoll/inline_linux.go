@@ -102,7 +102,7 @@ type inlineWait struct {
 	aside   bool               // the holder steps aside; owned by the holder
 	// held is the holders' pollStep, passed from one to the next with the
 	// role: the role word's CAS orders one holder's use before the next's.
-	// It spins by the poller's SpinAuto policy (p.auto), which under
+	// It spins by the poller's adaptive spinning policy (p.auto), which under
 	// waitInline only holders touch, the loop goroutine never spinning. A
 	// holder gives up its spinning slot as it leaves (leaveRole), so that a
 	// slot is never held while nobody holds the role.
@@ -226,7 +226,7 @@ func (iw *inlineWait) hold(dr *dir) (stepAside bool) {
 
 // holderStep is the holder's RawRead callback: poll, dispatch, and return
 // true once the holder's own token has come, or a poll woke others before
-// it (the holder steps aside). With SpinAuto the holder spins as the
+// it (the holder steps aside). With adaptive spinning the holder spins as the
 // nested loop does, for as long as the policy says; the poll on entry is
 // the poll after events the policy expects at an idle moment, since the
 // previous holder left with its event.

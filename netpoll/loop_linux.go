@@ -8,7 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The wait loops: how a poller waits (Config.Wait).
+// The wait loops: how a poller waits (the wait key).
 //
 //   - waitBlock, a locked OS thread in epoll_wait(-1), readies goroutines
 //     onto the P of a thread that goes straight back into a blocking
@@ -172,7 +172,7 @@ func (p *poller) freshEvents(n, woke int) int {
 
 // chooseSpin decides, after a poll that returned n events, whether the loop
 // should poll again without blocking: Spin < 0 always, Spin > 0 until Spin
-// has passed since events were last seen, SpinAuto as autoSpin.next
+// has passed since events were last seen, adaptive spinning as autoSpin.next
 // decides. It counts the spin poll to come. Only pollStep.next calls it.
 func (p *poller) chooseSpin(n int) bool {
 	if p.auto != nil {

@@ -19,7 +19,7 @@ const pollBatch = 128
 
 // levelRepeatWindow is how long a levelTriggered poller keeps getting
 // batches that wake nobody (yielding the P after each) before it disarms
-// the readers that are not reading. See doc.go, "levelTriggered".
+// the readers that are not reading. See DESIGN.md, "Registration modes".
 const levelRepeatWindow = 10 * time.Millisecond
 
 // poller owns one epoll instance and its event loop.
@@ -28,18 +28,18 @@ type poller struct {
 	epfd int
 	evfd int // eventfd registered level-triggered: written once to stop the loop
 	mode regMode
-	// strategy is how the loop waits: Config.Wait resolved. waitNested
+	// strategy is how the loop waits: the wait key resolved. waitNested
 	// keeps the loop inside one RawConn.Read on the epoll fd from start
 	// to stop and never leaves it but to stop: a goroutine that enters
 	// RawRead on the fd again resets the runtime's readiness for it
 	// (internal/poll's prepareRead), so an edge that came in between
 	// would be lost until the next one (runNested).
 	strategy waitKind
-	spin     time.Duration // Config.Spin
-	auto     *autoSpin     // SpinAuto's state, nil otherwise
+	spin     time.Duration // the spin key
+	auto     *autoSpin     // adaptive spinning's state, nil otherwise
 	inline   *inlineWait   // waitInline's role, nil otherwise
 
-	shortRead bool // Config.ShortRead resolved: its connections skip after short transfers
+	shortRead bool // the shortread key resolved: its connections skip after short transfers
 
 	table fdTable
 	ctl   ctlFailures // errors of descriptors a failed epoll_ctl lost
@@ -62,9 +62,9 @@ type poller struct {
 type pollerCounters struct {
 	c          [numCounters - numOpCounters]atomic.Uint64 // the counters from numOpCounters on (stats.go)
 	ops        [opStripes]opStripe                        // the counters below numOpCounters
-	spinNanos  atomic.Uint64                              // SpinAuto: time spent in spins (pollerStats.SpinTime)
-	blockCost  atomic.Uint64                              // SpinAuto: median process CPU (ns) of a sampled blocked idle period
-	spinBudget atomic.Uint64                              // SpinAuto: the budget (ns) of its latest idle moment
+	spinNanos  atomic.Uint64                              // adaptive spinning: time spent in spins (pollerStats.SpinTime)
+	blockCost  atomic.Uint64                              // adaptive spinning: median process CPU (ns) of a sampled blocked idle period
+	spinBudget atomic.Uint64                              // adaptive spinning: the budget (ns) of its latest idle moment
 }
 
 // opStripes is how many stripes a poller's operation counters are split
@@ -142,7 +142,7 @@ func newPoller(id int, cfg settings) (_ *poller, err error) {
 }
 
 // closeFDs closes the poller's fds and lets go of what it shares with other
-// pollers (SpinAuto's measurement of W).
+// pollers (adaptive spinning's measurement of W).
 func (p *poller) closeFDs() {
 	if p.auto != nil {
 		// p.auto itself stays: a waitInline holder woken by Group.Close

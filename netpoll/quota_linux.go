@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// SpinAuto under a CPU limit: the quota gate. doc.go, "Spinning", says the
+// Adaptive spinning under a CPU limit: the quota gate. DESIGN.md, "Spinning", says the
 // same for users.
 //
 // A container's CPU limit is a CFS quota: the processes of a cgroup may
@@ -24,10 +24,10 @@ import (
 // The rule. L is the process's CPU limit in CPUs: its cgroup's quota over
 // its period, the tightest on the way up to the hierarchy's root (cgroup
 // v2 cpu.max, v1 cpu.cfs_quota_us and cpu.cfs_period_us), read when the
-// first SpinAuto poller starts and again with W (wakeRefresh) while there
+// first adaptively spinning poller starts and again with W (wakeRefresh) while there
 // is traffic. There is no gate without a limit, or with one of at least
 // the CPUs the process may run on. With one, time is cut into windows of
-// the cgroup's period, and SpinAuto may start a spin only while
+// the cgroup's period, and adaptive spinning may start a spin only while
 //
 //   - the process used less than L/2 CPUs over the previous window,
 //   - it has used less than L/2 CPUs' worth of the current window so far
@@ -43,7 +43,7 @@ import (
 // its quota or more does not spin, and one below half spins, at most B per
 // idle period, until its use reaches half; the half is the headroom the
 // spin may take without putting the group over its quota in the same
-// period. The gate applies to SpinAuto only: a fixed Spin is the user's
+// period. The gate applies to adaptive spinning only: a fixed spin budget is the user's
 // choice.
 
 // quotaWindowChecks is how many times a window the gate reads the process

@@ -7,7 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Adaptive spinning (SpinAuto): the policy and its bound. doc.go,
+// Adaptive spinning (spin=auto): the policy and its bound. DESIGN.md,
 // "Spinning", says the same for users.
 //
 // Spinning after events stop saves the block and wakeup that the next
@@ -33,7 +33,7 @@ import (
 //     the currency of the CPU the spin burns.
 //   - W, the runtime's own wakeup round trip (wakeCost): the lower quartile
 //     of round trips of two goroutines passing a byte over two pipes
-//     through the runtime's netpoller, measured when the first SpinAuto
+//     through the runtime's netpoller, measured when the first adaptive spinning
 //     poller starts and again every wakeRefresh while there is traffic and
 //     no poller holds a spinning slot. It is the budget before C is known,
 //     and its floor where the CPU cap allows. Inside one process pinned to
@@ -156,7 +156,7 @@ const (
 	phaseBlock
 )
 
-// autoSpin is one poller's SpinAuto state. Only the goroutine polling for
+// autoSpin is one poller's adaptive spinning state. Only the goroutine polling for
 // the poller touches it: its loop goroutine, or under waitInline the holder
 // of the role (inlineWait.held). What Stats reads is in pollerCounters.
 type autoSpin struct {
@@ -196,7 +196,7 @@ var monoEpoch = time.Now()
 // monoNow is the monotonic clock as a Duration since the package started.
 func monoNow() time.Duration { return time.Since(monoEpoch) }
 
-// next is SpinAuto's answer, after a poll at now that returned n events, to
+// next is adaptive spinning's answer, after a poll at now that returned n events, to
 // whether the loop should yield and poll again (true) or block (false).
 func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 	if n > 0 {

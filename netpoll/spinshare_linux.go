@@ -5,17 +5,17 @@ import (
 	"sync/atomic"
 )
 
-// What SpinAuto pollers share process-wide: the spinning slots (at most
+// What adaptively spinning pollers share process-wide: the spinning slots (at most
 // max(1, GOMAXPROCS-1) pollers spin at once) and the activity counts that
 // keep a poller's sample of a blocked idle period's CPU clean of another
 // poller's work. spin_linux.go holds the policy that uses them.
 
-// spinners counts the SpinAuto pollers spinning now, process-wide.
+// spinners counts the adaptively spinning pollers spinning now, process-wide.
 var spinners atomic.Int32
 
 // pollerActivity counts, process-wide, the spinning slots taken and, while
-// a SpinAuto poller times a blocked idle period (timedBlocks > 0), the polls of
-// SpinAuto pollers that returned events. A blocked idle period is a
+// a adaptively spinning poller times a blocked idle period (timedBlocks > 0), the polls of
+// adaptively spinning pollers that returned events. A blocked idle period is a
 // sample of C only if no poller spun at its start and nothing but its own
 // end moved the count: C is read from the process CPU clock, so the CPU
 // another poller spends meanwhile, on its events or spinning, would count
@@ -30,7 +30,7 @@ var spinners atomic.Int32
 // about autoSpinCostEvery idle periods, not every one.
 var pollerActivity atomic.Uint64
 
-// timedBlocks counts the SpinAuto pollers timing a blocked idle period now.
+// timedBlocks counts the adaptively spinning pollers timing a blocked idle period now.
 // Invariant: a poller adds one when it starts timing (autoSpin.timing set)
 // and takes it back exactly once, when the period ends with events or the
 // poller releases its state (autoSpin.endTiming).

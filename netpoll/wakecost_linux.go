@@ -10,26 +10,26 @@ import (
 )
 
 // The wakeup-cost meter: W, the runtime's own wakeup round trip, for
-// SpinAuto's budget (spin_linux.go says how the policy uses it). One
-// goroutine per process refreshes it while any SpinAuto poller runs.
+// adaptive spinning's budget (spin_linux.go says how the policy uses it). One
+// goroutine per process refreshes it while any adaptively spinning poller runs.
 
-// wakeRefresh is how often W is measured again while a SpinAuto poller
+// wakeRefresh is how often W is measured again while a adaptively spinning poller
 // runs: the host's speed changes under a virtual machine within seconds
 // (a wakeup round trip was seen to go from 11 to 44µs in one run), and a
 // budget measured once would stop fitting the gaps it must catch.
 const wakeRefresh = time.Second
 
-// wakeMeter keeps W current for SpinAuto pollers: measured when the first one
+// wakeMeter keeps W current for adaptively spinning pollers: measured when the first one
 // starts, then every wakeRefresh by one goroutine while any runs.
 var wakeMeter struct {
 	mu    sync.Mutex    // guards users, stop and done; the lock order is mu, then nothing
-	users int           // SpinAuto pollers running
+	users int           // adaptively spinning pollers running
 	stop  chan struct{} // closed to stop the refresher
 	done  chan struct{} // closed by the refresher when it returns
 	w     atomic.Int64  // W in nanoseconds; written under mu or by the refresher
 }
 
-// wakeTraffic is set by a SpinAuto poller whose idle period an event ends,
+// wakeTraffic is set by a adaptively spinning poller whose idle period an event ends,
 // and cleared by the refresher at each tick, so that W is measured only
 // while there is traffic. Pollers only read it until they must set it: one
 // write per tick, not one per event, on a line all pollers share.
@@ -39,7 +39,7 @@ var wakeTraffic atomic.Bool
 // measured W and C.
 var wakeCostOverride, blockCostOverride atomic.Int64
 
-// acquireWake measures W if no SpinAuto poller runs yet and starts the
+// acquireWake measures W if no adaptively spinning poller runs yet and starts the
 // refresher; releaseWake undoes one acquireWake.
 func acquireWake() error {
 	wakeMeter.mu.Lock()
@@ -68,7 +68,7 @@ func releaseWake() {
 }
 
 // refreshWake measures W again every wakeRefresh until stop is closed,
-// except when no SpinAuto poller has seen an event since the last tick, and
+// except when no adaptively spinning poller has seen an event since the last tick, and
 // while one spins: with GOMAXPROCS=1 the spinner stays
 // runnable, so the runtime's own netpoller runs only from sysmon and the
 // round trip measures that instead. A failed measurement (out of fds, say)
@@ -115,13 +115,13 @@ func wakeCost() time.Duration {
 func measureWakeRoundTrip(warm, rounds int) (time.Duration, error) {
 	r1, w1, err := os.Pipe()
 	if err != nil {
-		return 0, fmt.Errorf("netpoll: measuring the wakeup cost for SpinAuto: %w", err)
+		return 0, fmt.Errorf("netpoll: measuring the wakeup cost for adaptive spinning: %w", err)
 	}
 	defer r1.Close()
 	r2, w2, err := os.Pipe()
 	if err != nil {
 		w1.Close()
-		return 0, fmt.Errorf("netpoll: measuring the wakeup cost for SpinAuto: %w", err)
+		return 0, fmt.Errorf("netpoll: measuring the wakeup cost for adaptive spinning: %w", err)
 	}
 	defer r2.Close()
 	echoed := make(chan struct{})
@@ -155,7 +155,7 @@ func measureWakeRoundTrip(warm, rounds int) (time.Duration, error) {
 	w1.Close()
 	<-echoed
 	if err != nil {
-		return 0, fmt.Errorf("netpoll: measuring the wakeup cost for SpinAuto: %w", err)
+		return 0, fmt.Errorf("netpoll: measuring the wakeup cost for adaptive spinning: %w", err)
 	}
 	slices.Sort(trips)
 	return trips[len(trips)/4], nil
