@@ -334,10 +334,12 @@
 // already past (it would otherwise be called again at once, for ever: a
 // handler that answers an idle timeout, with a ping say, sets a new
 // deadline or none). A read deadline that passes while the connection is
-// idle calls the handler once, whose Read reports the timeout. Close from
-// anywhere ends an idle connection without a call. A panicking handler is
-// logged with its stack (Server.ErrorLog) and its connection closed; the
-// Server goes on, as http.Server does. Server.ConnState reports new,
+// idle calls the handler once, whose Read reports the timeout.
+// Server.IdleTimeout, as http.Server's, closes a connection that has
+// waited that long for work, without a call; a running handler is never
+// cut off. Close from anywhere ends an idle connection without a call. A
+// panicking handler is logged with its stack (Server.ErrorLog) and its
+// connection closed; the Server goes on, as http.Server does. Server.ConnState reports new,
 // active, idle and closed; closed exactly once per connection, which is
 // the cleanup hook (an idle connection has no stack to defer on).
 // Shutdown closes the listeners and the idle connections and waits for
