@@ -30,11 +30,14 @@ import (
 //	serve   -> ready   the poller saw an edge, then starts the handler (notify)
 //	serve   -> empty   Close, a read deadline that passed or a failed epoll_ctl
 //	                   (nudge, the idle timer), then starts the handler; or the
-//	                   handing-off goroutine itself, which then keeps the connection
+//	                   idle timer for Server.IdleTimeout, then closes the
+//	                   connection; or the handing-off goroutine itself, which
+//	                   then keeps the connection
 //
 // The same invariant holds with "start the handler's goroutine" for "send
 // the token": whoever other than the handing-off goroutine moves the
-// direction out of serve starts exactly one, and nobody else does.
+// direction out of serve starts exactly one (or, the idle timer, owns the
+// connection and closes it), and nobody else does.
 //
 // Invariant: whoever other than the waiter moves a direction out of waiting
 // sends exactly one token on wake, and nobody else sends. So every park is

@@ -178,6 +178,42 @@ func SetHandOffHook(f func(c net.Conn, at string)) (restore func()) {
 	}
 }
 
+// IdleDeadline returns when the wait for work of an idle *Conn served on
+// demand ends (Server.IdleTimeout), or the zero time if it has none.
+func IdleDeadline(c net.Conn) time.Time {
+	if it := descOf(c).srv.timer.Load(); it != nil {
+		if ns := it.idle.Load(); ns != 0 {
+			return time.Unix(0, ns)
+		}
+	}
+	return time.Time{}
+}
+
+// StopIdleTimer stops the idle timer of a *Conn served on demand and
+// reports whether it was running.
+func StopIdleTimer(c net.Conn) bool {
+	it := descOf(c).srv.timer.Load()
+	if it == nil {
+		return false
+	}
+	it.mu.Lock()
+	defer it.mu.Unlock()
+	return it.t != nil && it.t.Stop()
+}
+
+// SetExpireHook makes the idle timer's function of every connection served
+// on demand call f, on the timer's goroutine, once it found a deadline due
+// and before it tries to take the connection.
+func SetExpireHook(f func(c net.Conn)) (restore func()) {
+	hookMu.Lock()
+	h := func(sc *serverConn) { f(sc.c) }
+	testHookExpire.Store(&h)
+	return func() {
+		testHookExpire.Store(nil)
+		hookMu.Unlock()
+	}
+}
+
 // Closing reports whether Close has begun on a *Conn.
 func Closing(c any) bool { return descOf(c).closing() }
 

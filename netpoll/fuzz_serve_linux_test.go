@@ -25,7 +25,9 @@ import (
 // the hand-off (testHookHandOff: before entering serve, and in serve
 // before Close and the deadline are checked) are rendezvous at which the
 // script may bring data and its edge, an edge held back by the poller, a
-// past deadline or Close. The invariants:
+// past deadline, Close, or the idle timer of Server.IdleTimeout (an hour,
+// so it fires only when the script says: the wait's end, or a fire for an
+// old wait). The invariants:
 //
 //   - Nothing stranded: once the script is played and every held edge
 //     delivered, the connection rests idle (stServe, no goroutine) with
@@ -36,8 +38,10 @@ import (
 //   - One owner: at most one handler runs, and at most one goroutine is in
 //     a hand-off, at any moment.
 //   - Close and a past deadline end the wait exactly once: StateClosed is
-//     reported once, no handler is called after it, and a Close always
-//     gets there.
+//     reported once, no handler is called after it or runs during it, and
+//     a Close always gets there.
+//   - The idle timeout closes only a connection whose wait is over, and
+//     leaves no timer running once the connection is closed.
 //
 // Only EdgeTriggered is modelled (armForPark does nothing there, so the
 // desc needs no epoll instance); the other modes run on real sockets in
@@ -70,13 +74,20 @@ func FuzzServeHandOff(f *testing.F) {
 //	t   the read deadline is set in the past
 //	c   Close, from its own goroutine
 //	.   let the goroutine at a hand-off window go on
-const serveActions = "dDqetc."
+//	i   the wait's idle deadline passes and the idle timer fires (expire, on
+//	    a goroutine of its own, as time.AfterFunc runs it)
+//	S   a fire for an old wait: the timer's function, having found an idle
+//	    deadline passed that a later hand-off has since replaced, tries to
+//	    take the connection (fire)
+const serveActions = "dDqetc.iS"
 
 // serveSeeds reach each window with each event, and the stale edge.
 var serveSeeds = []string{
 	"d..", "D..", "dd..", "d.d.", "d..d..", "D.d.", "qd..e", "qd..e..", "q.d..e..",
 	"dc", "d.c", "d..c", "dt", "d.t", "d..t", "t", "c", "qe..", "d.q.e..",
 	"dDqe.t.c", "dq.e.", "D.q..e..c", "d.e", "dqt..",
+	"i", "S", "di..", "d.i.", "d..i", "dS..", "d.S..", "d..S..", "qd..Se..", "d..qie",
+	"t.i", "d..S..i", "D.i..", "d.ci.", "ic", "Sc", "d..t.S.",
 }
 
 // serveMachine is the hand-off under test: the real one, or one broken on
@@ -88,11 +99,12 @@ type serveMachine struct {
 	close  func(*desc) error        // Close
 	check  func(queued int) bool    // the socket check's answer
 	window func(dr *dir, at string) // runs in each window, after the script's actions there
+	fire   func(*serverConn)        // the idle timer's take ('i', 'S'); nil: serverConn.fire
 }
 
 var (
-	realServe       = serveMachine{"real", true, (*desc).notify, (*desc).close, func(q int) bool { return q > 0 }, nil}
-	realServeNoSkip = serveMachine{"real, no skip", false, (*desc).notify, (*desc).close, func(q int) bool { return q > 0 }, nil}
+	realServe       = serveMachine{name: "real", skip: true, notify: (*desc).notify, close: (*desc).close, check: func(q int) bool { return q > 0 }}
+	realServeNoSkip = serveMachine{name: "real, no skip", notify: (*desc).notify, close: (*desc).close, check: func(q int) bool { return q > 0 }}
 )
 
 // serveModel drives one served connection through a script.
@@ -125,7 +137,11 @@ type serveModel struct {
 	afterEnd  atomic.Bool // a handler was called after StateClosed
 	overlap   atomic.Bool // two handlers, or two goroutines in windows, at once
 	inWindow  atomic.Int32
-	trace     strings.Builder
+	firing    atomic.Int32 // the script's idle timer goroutines ('i', 'S') not done
+	// closedRunning: StateClosed came while a handler ran. earlyIdle:
+	// the idle timeout closed the connection with its wait not over.
+	closedRunning, earlyIdle atomic.Bool
+	trace                    strings.Builder
 }
 
 func newServeModel(m serveMachine, timeout time.Duration) *serveModel {
@@ -137,11 +153,22 @@ func newServeModel(m serveMachine, timeout time.Duration) *serveModel {
 	d.skip = m.skip
 	md.d = d
 	md.s = &Server{
-		Handler: HandlerFunc(md.handler),
+		Handler:     HandlerFunc(md.handler),
+		IdleTimeout: time.Hour,
 		ConnState: func(_ net.Conn, st ConnState) {
-			if st == StateClosed {
-				md.finishes.Add(1)
+			if st != StateClosed {
+				return
 			}
+			if md.inHandler.Load() != 0 {
+				md.closedRunning.Store(true)
+			}
+			// The idle timeout counts before it closes; only the
+			// owner stores the idle deadline, and the script only
+			// moves it to the past.
+			if md.s.stats.idleTimeouts.Load() > 0 && md.sc.timer.Load().idle.Load() > time.Now().UnixNano() {
+				md.earlyIdle.Store(true)
+			}
+			md.finishes.Add(1)
 		},
 	}
 	md.sc = &serverConn{s: md.s, c: &Conn{d: d}, h: &md.s.Handler}
@@ -278,6 +305,15 @@ func (md *serveModel) step(a byte) error {
 		if !md.await(func() bool { return md.d.closing() }) {
 			return errors.New("Close never began")
 		}
+	case 'i':
+		md.sc.timer.Load().idle.Store(1) // made by the first hand-off (IdleTimeout)
+		md.goFire(func(sc *serverConn) {
+			if sc.due() != dueNothing {
+				md.fire(sc)
+			}
+		})
+	case 'S':
+		md.goFire(md.fire)
 	case '.':
 		if md.at == "" {
 			return nil
@@ -291,9 +327,30 @@ func (md *serveModel) step(a byte) error {
 	return md.settle()
 }
 
+// goFire runs f on a goroutine of its own, as time.AfterFunc runs the idle
+// timer's function, and counts it until it returns.
+func (md *serveModel) goFire(f func(*serverConn)) {
+	md.firing.Add(1)
+	go func() {
+		defer md.firing.Add(-1)
+		f(md.sc)
+	}()
+}
+
+// fire is the machine's take of the idle timer.
+func (md *serveModel) fire(sc *serverConn) {
+	if f := md.m.fire; f != nil {
+		f(sc)
+		return
+	}
+	sc.fire()
+}
+
 // settle waits until the connection rests: a goroutine at a window, a
-// handler parked in Read, closed, or idle in serve with no hand-off
-// going on (the hand-off counted it, or nothing was started).
+// handler parked in Read, closed, or idle in serve with no hand-off or
+// script's timer going on (the hand-off counted it, or nothing was
+// started) and its wait not over (a past idle deadline in serve has a
+// fire coming: the script's, or the real timer a hand-off armed).
 func (md *serveModel) settle() error {
 	if md.at != "" {
 		return nil // it waits for '.'
@@ -324,7 +381,10 @@ func (md *serveModel) resting() bool {
 	switch {
 	case md.finishes.Load() > 0 && md.inHandler.Load() == 0:
 		return true
-	case st == stServe && md.inHandler.Load() == 0 && md.inWindow.Load() == 0:
+	case st == stServe && md.inHandler.Load() == 0 && md.inWindow.Load() == 0 && md.firing.Load() == 0:
+		if md.sc.timer.Load().idle.Load() <= time.Now().UnixNano() {
+			return false
+		}
 		return !md.tail || md.s.stats.handOffs.Load() != md.tailOffs
 	case st == stWaiting && md.inHandler.Load() == 1:
 		return true // parked in Read
@@ -343,6 +403,10 @@ func (md *serveModel) invariants() error {
 		return errors.New("finished twice: two owners")
 	case md.afterEnd.Load():
 		return errors.New("a handler was called after StateClosed")
+	case md.closedRunning.Load():
+		return errors.New("StateClosed while a handler ran: two owners")
+	case md.earlyIdle.Load():
+		return errors.New("closed by the idle timeout with its wait not over")
 	}
 	return nil
 }
@@ -406,6 +470,14 @@ func (md *serveModel) finish() error {
 	}
 	if err := md.invariants(); err != nil {
 		return err
+	}
+	if it := md.sc.timer.Load(); it != nil {
+		it.mu.Lock()
+		running := it.t != nil && it.t.Stop()
+		it.mu.Unlock()
+		if running {
+			return errors.New("an idle timer left running after the connection closed")
+		}
 	}
 	if md.read+queued != md.sent {
 		return fmt.Errorf("%d bytes read and %d queued of %d sent", md.read, queued, md.sent)

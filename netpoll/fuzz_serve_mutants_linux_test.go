@@ -74,6 +74,32 @@ func TestServeModelCatchesBrokenMachines(t *testing.T) {
 					d.nudge(dr)
 				}
 			})}, "Close never finished"},
+		{serveMachine{name: "an idle timer that closes the connection it takes without asking again, as its owner, whether the wait is over (a fire for an old wait closes one that just went idle)", skip: true,
+			notify: (*desc).notify, close: (*desc).close, check: realServe.check,
+			fire: func(sc *serverConn) {
+				if sc.desc().rd.state.CompareAndSwap(stServe, stEmpty) {
+					sc.s.stats.idleTimeouts.Add(1)
+					sc.finish()
+				}
+			}}, "wait not over"},
+		{serveMachine{name: "an idle timer that closes an idle connection without taking it out of serve (Close's nudge starts a second owner)", skip: true,
+			notify: (*desc).notify, close: (*desc).close, check: realServe.check,
+			fire: func(sc *serverConn) {
+				if sc.due() == dueIdle && sc.desc().rd.state.Load() == stServe {
+					sc.s.stats.idleTimeouts.Add(1)
+					sc.finish()
+					return
+				}
+				sc.fire()
+			}}, "StateClosed reported 2 times|two owners|finished twice"},
+		{serveMachine{name: "an idle timer that takes the connection for an old wait and does not give it back (it is lost)", skip: true,
+			notify: (*desc).notify, close: (*desc).close, check: realServe.check,
+			fire: func(sc *serverConn) {
+				if sc.desc().rd.state.CompareAndSwap(stServe, stEmpty) && sc.due() == dueIdle {
+					sc.s.stats.idleTimeouts.Add(1)
+					sc.finish()
+				}
+			}}, "never rested|rests in read state|Close never finished"},
 	}
 	for _, b := range broken {
 		caught := ""

@@ -2,6 +2,7 @@ package netpoll
 
 import (
 	"io"
+	"math"
 	"net"
 	"os"
 	"sync/atomic"
@@ -69,6 +70,10 @@ func (sc *serverConn) handOff(returned bool) (idle bool, err error) {
 	case returned && dr.ended:
 		return false, io.EOF
 	}
+	// Before entering serve, while sc is ours: the idle timer's function
+	// reads the idle deadline once it has taken the connection out of
+	// serve, and must find this wait's.
+	sc.startIdle(returned)
 	// Drained, and no edge since: nothing to ask the socket. An edge
 	// since may be for data the drained Read already took: ask.
 	ask := !(d.skip && dr.drained && d.sticky.Load() == 0 && dr.state.Load() == stEmpty)
@@ -148,46 +153,152 @@ func (sc *serverConn) recheck() {
 	sc.armTimer()
 }
 
-// armTimer sets the idle timer to the read deadline, or stops it. It reads
-// the deadline under the timer's lock, so of concurrent callers the last
-// sets it to the latest value. A timer that fires for an old value finds
-// the deadline not passed, or the direction out of serve, and does
-// nothing. A connection that never idles with a deadline has no timer.
+// The idle timer (serverConn.timer) of a connection served on demand fires
+// at the earlier of two times while the connection is idle: its read
+// deadline, which calls the handler (its Read reports the timeout), and its
+// idle deadline, IdleTimeout after its wait began, which closes it. It is
+// one time.AfterFunc per connection, made the first time the connection
+// idles with either, and re-armed at each hand-off, not stopped when the
+// connection leaves serve: a fire that finds it out of serve does nothing,
+// so a handler that runs longer than IdleTimeout is never cut off. Its
+// function takes the connection out of serve like any other mover (the
+// state table in desc_linux.go), so an edge and the timer racing each
+// other have one winner: the edge's start serves the input, or the timer
+// closes the connection and the edge finds it ready and starts nothing.
+
+// startIdle sets the idle deadline as a hand-off begins, if the Server has
+// an IdleTimeout: a new wait when the handler returned nil or the
+// connection is new, and the wait already going on when an edge or the
+// timer started the hand-off with no call (a stale edge is no input).
+func (sc *serverConn) startIdle(returned bool) {
+	to := sc.s.IdleTimeout
+	if to <= 0 {
+		return
+	}
+	it := sc.idleTimer()
+	if returned || it.idle.Load() == 0 {
+		now := time.Now().UnixNano()
+		it.idle.Store(now + min(int64(to), math.MaxInt64-now))
+	}
+}
+
+// idleTimer returns sc's idle timer record, making it if need be.
+func (sc *serverConn) idleTimer() *idleTimer {
+	if it := sc.timer.Load(); it != nil {
+		return it
+	}
+	sc.timer.CompareAndSwap(nil, new(idleTimer)) // or another caller made it
+	return sc.timer.Load()
+}
+
+// armTimer sets the idle timer to the earlier of the read deadline and the
+// idle deadline, or stops it if there is neither or the connection is
+// closing. It reads both under the timer's lock, so of concurrent callers
+// (the hand-off, and nudge for a deadline set from anywhere) the last sets
+// it to the latest values; a timer that fires for an old value finds
+// nothing due, or the direction out of serve, and does nothing. finish
+// stops the timer after its Close set closing, so a call that comes later
+// (a deadline set as the connection closes) leaves no timer running. A
+// connection that never idles with either deadline has no timer.
 func (sc *serverConn) armTimer() {
-	dl := sc.desc().rd.deadline.Load()
+	d := sc.desc()
 	it := sc.timer.Load()
 	if it == nil {
-		if dl == 0 {
+		if d.rd.deadline.Load() == 0 {
 			return
 		}
-		sc.timer.CompareAndSwap(nil, new(idleTimer)) // or another caller made it
-		it = sc.timer.Load()
+		it = sc.idleTimer()
 	}
 	it.mu.Lock()
 	defer it.mu.Unlock()
-	dl = sc.desc().rd.deadline.Load()
+	at := d.rd.deadline.Load()
+	if idle := it.idle.Load(); idle != 0 && (at == 0 || idle < at) {
+		at = idle
+	}
 	switch {
-	case dl == 0:
+	case at == 0 || d.closing():
 		if it.t != nil {
 			it.t.Stop()
 		}
 	case it.t == nil:
-		it.t = time.AfterFunc(time.Duration(dl-time.Now().UnixNano()), sc.expire)
+		it.t = time.AfterFunc(time.Duration(at-time.Now().UnixNano()), sc.expire)
 	default:
-		it.t.Reset(time.Duration(dl - time.Now().UnixNano()))
+		it.t.Reset(time.Duration(at - time.Now().UnixNano()))
 	}
 }
 
-// expire is the idle timer's function, on the timer's own goroutine, which
-// then serves the connection.
+// What the idle timer finds when it fires (serverConn.due).
+type timerDue uint8
+
+const (
+	dueNothing  timerDue = iota // neither deadline has passed: a fire for an old value
+	dueDeadline                 // the read deadline passed first: call the handler
+	dueIdle                     // the idle deadline passed first: close
+)
+
+// due reports which of the idle connection's deadlines has passed first.
+func (sc *serverConn) due() timerDue {
+	now := time.Now().UnixNano()
+	dl := sc.desc().rd.deadline.Load()
+	var idle int64
+	if it := sc.timer.Load(); it != nil {
+		idle = it.idle.Load()
+	}
+	switch {
+	case dl != 0 && dl <= now && (idle == 0 || dl <= idle):
+		return dueDeadline
+	case idle != 0 && idle <= now:
+		return dueIdle
+	}
+	return dueNothing
+}
+
+// testHookExpire, when set by a test, runs on the idle timer's goroutine
+// after it found a deadline due and before it tries to take the
+// connection: the window in which a fire becomes stale (an edge serves the
+// connection, which idles again with a new idle deadline).
+var testHookExpire atomic.Pointer[func(sc *serverConn)]
+
+// expire is the idle timer's function, on the timer's own goroutine. If a
+// deadline is due it takes the connection (fire).
 func (sc *serverConn) expire() {
-	dr := &sc.desc().rd
-	if dr.expired() && dr.state.CompareAndSwap(stServe, stEmpty) {
+	if sc.due() == dueNothing {
+		return
+	}
+	if h := testHookExpire.Load(); h != nil {
+		(*h)(sc)
+	}
+	sc.fire()
+}
+
+// fire takes the connection out of serve, if it is still there, and then
+// owns it: it asks again what is due, since the fire may be for an old
+// idle deadline that passed before the connection last served input and
+// went idle again (only the owner sets the idle deadline, so the answer
+// holds now). The idle deadline closes the connection; the read deadline
+// serves it on this goroutine, whose handler's Read reports the timeout;
+// nothing due gives it back to waiting, with the wait that was going on.
+func (sc *serverConn) fire() {
+	d := sc.desc()
+	if !d.rd.state.CompareAndSwap(stServe, stEmpty) {
+		return // served, closed, or taken by another mover
+	}
+	switch sc.due() {
+	case dueIdle:
+		if !d.closing() {
+			sc.s.stats.idleTimeouts.Add(1)
+		}
+		sc.finish()
+	case dueDeadline:
 		sc.run(false)
+	default:
+		sc.run(true)
 	}
 }
 
-// stopTimer releases the idle timer of a finished connection.
+// stopTimer stops the idle timer of a finished connection: called after
+// its Close, so that armTimer, which looks at closing under the same lock,
+// never sets it again.
 func (sc *serverConn) stopTimer() {
 	if it := sc.timer.Load(); it != nil {
 		it.mu.Lock()

@@ -21,14 +21,20 @@ import (
 // server's alone. Run it once per size:
 //
 //	cd netpoll && go test -run '^$' -bench ServeIdle -benchtime 1x .
-func BenchmarkServeIdle(b *testing.B) {
+func BenchmarkServeIdle(b *testing.B) { benchServeIdle(b, 0) }
+
+// BenchmarkServeIdleTimeout is BenchmarkServeIdle with an IdleTimeout
+// (an hour, so none fires): what the idle timer adds to a connection.
+func BenchmarkServeIdleTimeout(b *testing.B) { benchServeIdle(b, time.Hour) }
+
+func benchServeIdle(b *testing.B, idleTimeout time.Duration) {
 	const conns = 2000
 	for range b.N {
 		g, err := netpoll.New(netpoll.Config{})
 		if err != nil {
 			b.Fatal(err)
 		}
-		s := &netpoll.Server{Handler: echoHandler}
+		s := &netpoll.Server{Handler: echoHandler, IdleTimeout: idleTimeout}
 		l, err := g.Listen(context.Background(), "tcp", "127.0.0.1:0")
 		if err != nil {
 			b.Fatal(err)

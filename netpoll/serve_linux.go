@@ -18,9 +18,10 @@ import (
 
 // serverConn is one connection of a Server. On this package's Conn (d set)
 // it is all an idle connection holds besides its descriptor: no goroutine,
-// no buffer. Exactly one goroutine owns it at a time (runs its handler,
-// hands it off, or finishes it): the accept loop, then whoever moves its
-// read direction out of stServe (handoff_linux.go).
+// no buffer, and with a read deadline or Server.IdleTimeout a timer.
+// Exactly one goroutine owns it at a time (runs its handler, hands it off,
+// or finishes it): the accept loop, then whoever moves its read direction
+// out of stServe (handoff_linux.go), the idle timer's function among them.
 type serverConn struct {
 	s     *Server
 	c     net.Conn      // a *Conn, or another package's connection (the fallback)
@@ -29,13 +30,22 @@ type serverConn struct {
 
 	prev, next *serverConn // Server.head's list; guarded by s.mu
 
-	timer atomic.Pointer[idleTimer] // the idle timer, made the first time it idles with a read deadline
+	// timer is made the first time the connection idles with a read
+	// deadline or an IdleTimeout: a connection with neither pays only
+	// this pointer.
+	timer atomic.Pointer[idleTimer]
 }
 
-// idleTimer is the timer of an idle connection's read deadline (expire).
+// idleTimer is the timer of an idle connection (armTimer): its read
+// deadline calls the handler, its idle deadline closes it.
 type idleTimer struct {
 	mu sync.Mutex // guards t
 	t  *time.Timer
+	// idle is when the connection's wait for work ends (IdleTimeout
+	// after it began), in unix nanoseconds; 0 before the first. Stored
+	// by the owner only, before the read direction enters serve
+	// (startIdle); read by the timer's function and armTimer.
+	idle atomic.Int64
 }
 
 // desc is the descriptor of sc's *Conn, or nil for the fallback's.
@@ -208,9 +218,23 @@ func (sc *serverConn) finish() {
 // waiting calls the handler, one already past when it returned closes the
 // connection, and so does a hang-up its handler has had a call for and
 // returned from with nothing read.
+//
+// IdleTimeout bounds each wait with a timer whose function moves the read
+// deadline to the past, which ends the wait. The Server cannot read the
+// deadline a handler set on another package's connection, so it cannot
+// wait for the earlier of the two as on-demand serving does; once the
+// timer has fired the handler's deadline is lost, and the connection is
+// closed whatever ended the wait (input that came as the timer fired
+// included, as an http.Server's idle connection would be).
 func (sc *serverConn) fallback() {
 	pprof.SetGoroutineLabels(handlerLabels)
 	defer sc.finish()
+	var idle *time.Timer // IdleTimeout's, made at the first wait
+	defer func() {
+		if idle != nil {
+			idle.Stop()
+		}
+	}()
 	sysc, ok := sc.c.(syscall.Conn)
 	if !ok {
 		sc.s.logf("netpoll: cannot serve a %T: it is not a syscall.Conn, so it cannot wait for readability", sc.c)
@@ -229,7 +253,18 @@ func (sc *serverConn) fallback() {
 		if sc.s.closed.Load() {
 			return
 		}
+		if to := sc.s.IdleTimeout; to > 0 {
+			if idle == nil {
+				idle = time.AfterFunc(to, sc.endWait)
+			} else {
+				idle.Reset(to)
+			}
+		}
 		err := w.wait()
+		if idle != nil && !idle.Stop() {
+			sc.s.stats.idleTimeouts.Add(1)
+			return // the idle timeout passed (Stop false: the timer fired)
+		}
 		if err != nil && !(w.waited && errors.Is(err, os.ErrDeadlineExceeded)) {
 			return
 		}
@@ -242,6 +277,10 @@ func (sc *serverConn) fallback() {
 		}
 	}
 }
+
+// endWait is the fallback's idle timer function: a read deadline in the
+// past ends the wait for readability.
+func (sc *serverConn) endWait() { sc.c.SetReadDeadline(time.Unix(1, 0)) }
 
 // rawWaiter waits on a RawConn until its socket is readable, with no
 // buffer; one per connection, used by its fallback goroutine only.

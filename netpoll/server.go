@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // A Handler serves a connection on demand (Server): it is called when the
@@ -93,6 +94,18 @@ type Server struct {
 	// connection, after it is closed.
 	ConnState func(c net.Conn, state ConnState)
 
+	// IdleTimeout, if positive, is how long a connection may wait for
+	// work, as http.Server.IdleTimeout is: one that has been idle that
+	// long (accepted, or its handler returned nil, and no input since) is
+	// closed by the Server, with StateClosed reported as for any close and
+	// counted in Stats (IdleTimeouts). Only the wait counts: a handler
+	// that runs, however long it blocks mid-request, is never cut off, and
+	// each return starts a new wait. A read deadline the handler left set
+	// still calls it if it comes first. Zero or negative means no limit.
+	// Set it before Serve. On this package's connections the wait costs a
+	// timer, not a goroutine; the fallback bounds its wait with one.
+	IdleTimeout time.Duration
+
 	// ErrorLog receives the panics of handlers (with their stacks) and
 	// accept errors the Server retries; nil means the log package's
 	// standard logger.
@@ -119,6 +132,7 @@ type ServerStats struct {
 type serverCounters struct {
 	conns, idle, running                   atomic.Int64
 	starts, handOffs, checks, skips, panic atomic.Uint64
+	idleTimeouts                           atomic.Uint64
 }
 
 // Stats returns the counters a user watches.

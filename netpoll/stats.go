@@ -254,6 +254,7 @@ var statTable = func() []stat {
 	server("/server/running:handlers", "Handlers running now.", false, func(c *serverCounters) uint64 { return uint64(max(c.running.Load(), 0)) })
 	server("/server/handler-runs:calls", "Handler calls.", true, func(c *serverCounters) uint64 { return c.starts.Load() })
 	server("/server/panics:calls", "Handlers that panicked (their connections were closed).", true, func(c *serverCounters) uint64 { return c.panic.Load() })
+	server("/server/idle-timeouts:conns", "Connections closed for having waited IdleTimeout for work.", true, func(c *serverCounters) uint64 { return c.idleTimeouts.Load() })
 	server("/server/hand-offs:calls", "Times a connection went idle with no goroutine.", true, func(c *serverCounters) uint64 { return c.handOffs.Load() })
 	server("/server/hand-off-checks:calls", "Socket checks (poll) a hand-off made: the last Read had not proved the socket drained.", true, func(c *serverCounters) uint64 { return c.checks.Load() })
 	server("/server/hand-off-skips:calls", "Hand-offs that needed no check: the last Read was short and no edge had come since.", true, func(c *serverCounters) uint64 { return c.skips.Load() })
