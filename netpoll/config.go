@@ -2,9 +2,11 @@ package netpoll
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -193,6 +195,43 @@ type Config struct {
 	// ShortRead says whether connections skip the syscall that would
 	// return EAGAIN after a short Read or Write. The zero value is on.
 	ShortRead ShortRead
+
+	// KeepAlive is package net's ListenConfig.KeepAlive and
+	// Dialer.KeepAlive, for every accepted and dialed TCP connection of
+	// the group: zero turns keep-alive probes on with net's defaults
+	// (idle 15s, interval 15s, 9 probes), a positive value is the idle
+	// time (the others at their defaults), a negative one leaves the
+	// socket as the OS made it (off) unless KeepAliveConfig.Enable is
+	// set. Ignored if KeepAliveConfig.Enable is set. Unix sockets have no
+	// keep-alive.
+	KeepAlive time.Duration
+
+	// KeepAliveConfig is package net's: with Enable set, its fields are
+	// the keep-alive settings (a zero field takes net's default, a
+	// negative one leaves the OS's value). Idle and Interval are rounded
+	// up to whole seconds; Linux accepts at most 32767s and 127 probes.
+	//
+	// A listener's sockets carry the setting and the connections it
+	// accepts inherit it (sockopt_linux.go), so options set later on the
+	// listener itself (its SyscallConn or File) reach the connections
+	// accepted afterwards; package net sets it on each accepted
+	// connection instead. A listener from FileListener, whose socket is
+	// not the group's to change, sets it on each accepted connection.
+	KeepAliveConfig net.KeepAliveConfig
+
+	// Control, if not nil, is called as package net's
+	// ListenConfig.Control and Dialer.Control are: after a socket is
+	// created and before it is bound (each listening socket: one per
+	// poller with ReusePort) or connected (each address a Dial tries),
+	// with the network ("tcp4", "tcp6" or "unix", as net passes it), the
+	// address about to be bound or connected, and a RawConn on the
+	// socket, valid until Control returns. An error fails the Listen or
+	// Dial with it, and the socket is closed. Connections of a listener
+	// made with Control, and connections dialed with it, never skip a
+	// short read's syscall: Control may have set options, SO_RCVLOWAT
+	// among them, that end reads early with no edge to come (DESIGN.md,
+	// "Options a listener passes on").
+	Control func(network, address string, c syscall.RawConn) error
 }
 
 // DefaultPollers is the number of pollers a Group gets when Config.Pollers
@@ -246,7 +285,7 @@ func (c Config) validate() error {
 	if c.Pollers < 0 || c.Pollers > MaxPollers {
 		return &ConfigError{"pollers", strconv.Itoa(c.Pollers), fmt.Sprintf("want 0 (default) to %d", MaxPollers)}
 	}
-	return nil
+	return c.validateKeepAlive()
 }
 
 // autoSpin reports whether the pollers spin by SpinAuto: asked for, or the

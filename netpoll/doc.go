@@ -412,7 +412,9 @@
 // listener's poller whose registration balancing cannot add back (ENOMEM,
 // ENOSPC) returns the error from an Accept and adds it again with the same
 // back-off, returning each failure likewise, while the other pollers
-// accept. TCP keep-alive is off by default; Conn.SetKeepAlive turns it on.
+// accept. TCP keep-alive is on by default with package net's settings
+// (Config.KeepAlive): the listening socket carries it and the connections
+// it accepts inherit it, where package net sets it on each.
 // Only stream sockets are served: tcp, tcp4, tcp6 and unix.
 //
 // Only Linux is supported; elsewhere New returns an error wrapping

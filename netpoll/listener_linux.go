@@ -43,9 +43,16 @@ type Listener struct {
 	closed    chan struct{} // closed when Close begins: ends back-offs and hand-offs
 
 	// raw is set, for good, once user code has had a listening socket
-	// (SyscallConn, File): the connections accepted from then on skip no
-	// short reads. See Listener.exposeRaw (listener_raw_linux.go).
+	// (SyscallConn, File, Config.Control, FileListener): the connections
+	// accepted from then on skip no short reads. See Listener.exposeRaw
+	// (listener_raw_linux.go).
 	raw atomic.Bool
+
+	// connKeepAlive says each accepted connection gets the group's TCP
+	// keep-alive itself: a FileListener's, whose socket is not the
+	// group's to change. Otherwise the listening sockets carry it and
+	// the connections inherit it (sockopt_linux.go).
+	connKeepAlive bool
 
 	// deadline is Accept's deadline, one immutable value at a time:
 	// SetDeadline swaps in a new one and closes the old one's changed,
@@ -105,6 +112,9 @@ func (g *Group) listen(ctx context.Context, network, address string) (*Listener,
 	ep := eps[0]
 	l := &Listener{g: g, network: network, sharing: sharing, fd: -1, closed: make(chan struct{})}
 	l.deadline.Store(&acceptDeadline{changed: make(chan struct{})})
+	if g.cfg.Control != nil {
+		l.exposeRaw() // before the hook has the socket
+	}
 	if err := l.open(ep); err != nil {
 		l.closeRegistrations()
 		return nil, &net.OpError{Op: "listen", Net: network, Addr: ep.addr, Err: err}
@@ -139,14 +149,14 @@ func (l *Listener) open(ep endpoint) error {
 	g := l.g
 	switch l.sharing {
 	case Single:
-		fd, err := listenSocket(l.network, ep, false)
+		fd, err := g.listenSocket(l.network, ep, false)
 		if err != nil {
 			return err
 		}
 		return l.register(fd, g.pick(), 0, true)
 	case ReusePort:
 		for i, p := range g.pollers {
-			fd, err := listenSocket(l.network, ep, true)
+			fd, err := g.listenSocket(l.network, ep, true)
 			if err != nil {
 				return err
 			}
@@ -160,11 +170,15 @@ func (l *Listener) open(ep endpoint) error {
 					return os.NewSyscallError("getsockname", err)
 				}
 				ep.sa = sa
+				if a, ok := ep.addr.(*net.TCPAddr); ok {
+					// What Control and errors name: the address bound.
+					ep.addr = &net.TCPAddr{IP: a.IP, Port: toAddr(sa).(*net.TCPAddr).Port, Zone: a.Zone}
+				}
 			}
 		}
 		return nil
 	default: // Exclusive, WakeAll
-		fd, err := listenSocket(l.network, ep, false)
+		fd, err := g.listenSocket(l.network, ep, false)
 		if err != nil {
 			return err
 		}
@@ -211,8 +225,9 @@ func (l *Listener) register(fd int, p *poller, extra uint32, owns bool) error {
 	return nil
 }
 
-// listenSocket opens, binds and listens a non-blocking socket for ep.
-func listenSocket(network string, ep endpoint, reusePort bool) (fd int, err error) {
+// listenSocket opens, binds and listens a non-blocking socket for ep,
+// running the group's prepare (Control, keep-alive) before bind.
+func (g *Group) listenSocket(network string, ep endpoint, reusePort bool) (fd int, err error) {
 	fd, err = unix.Socket(ep.family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return -1, os.NewSyscallError("socket", err)
@@ -240,6 +255,9 @@ func listenSocket(network string, ep endpoint, reusePort bool) (fd int, err erro
 		if err := setInt(unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, boolInt(network == "tcp6")); err != nil {
 			return -1, err
 		}
+	}
+	if err := g.prepare(fd, network, ep, true); err != nil {
+		return -1, err
 	}
 	if err := unix.Bind(fd, ep.sa); err != nil {
 		return -1, os.NewSyscallError("bind", err)
@@ -415,7 +433,7 @@ func (l *Listener) acceptOn(d *desc, p *poller, gate func() bool, timed bool) (*
 			if raw.Addr.Family == unix.AF_UNIX {
 				rsa, _ = unix.Getpeername(nfd) // rare: unnamed, mostly
 			}
-			return l.inherit(l.g.newConn(nfd, l.network, rawTCPAddr(&raw), rsa, p, &l.locals))
+			return l.inherit(l.g.newConn(nfd, l.network, rawTCPAddr(&raw), rsa, p, &l.locals, l.connKeepAlive))
 		case unix.ECONNABORTED:
 			continue
 		case unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM:
@@ -607,13 +625,22 @@ func (l *Listener) opError(op string, err error) error {
 // failure the fd is closed.
 //
 // locals, when not nil, lends the connection a local address it holds
-// already (a listener's connections share theirs).
-func (g *Group) newConn(fd int, network string, raddr tcpAddr, rsa unix.Sockaddr, p *poller, locals *localAddrs) (*Conn, error) {
+// already (a listener's connections share theirs). keepAlive says to set
+// the group's TCP keep-alive on it, as package net does on every TCP
+// connection; a connection accepted from a socket that carries it has it
+// already (sockopt_linux.go).
+func (g *Group) newConn(fd int, network string, raddr tcpAddr, rsa unix.Sockaddr, p *poller, locals *localAddrs, keepAlive bool) (*Conn, error) {
 	if network != "unix" {
 		// TCP_NODELAY on by default, as in package net.
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1); err != nil {
 			unix.Close(fd)
 			return nil, os.NewSyscallError("setsockopt", err)
+		}
+		if keepAlive {
+			if err := g.keepAlive(fd); err != nil {
+				unix.Close(fd)
+				return nil, err
+			}
 		}
 	}
 	// Addresses first: once registered, a concurrent Group.Close may close
