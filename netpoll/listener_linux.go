@@ -226,46 +226,51 @@ func (l *Listener) register(fd int, p *poller, extra uint32, owns bool) error {
 }
 
 // listenSocket opens, binds and listens a non-blocking socket for ep,
-// running the group's prepare (Control, keep-alive) before bind.
-func (g *Group) listenSocket(network string, ep endpoint, reusePort bool) (fd int, err error) {
-	fd, err = unix.Socket(ep.family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+// running the group's prepare (Control, keep-alive) before bind. On
+// failure the socket is closed.
+func (g *Group) listenSocket(network string, ep endpoint, reusePort bool) (int, error) {
+	fd, err := unix.Socket(ep.family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return -1, os.NewSyscallError("socket", err)
 	}
-	defer func() {
-		if err != nil {
-			unix.Close(fd)
-		}
-	}()
+	if err := g.setupListen(fd, network, ep, reusePort); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// setupListen sets listening socket fd's options, binds and listens it.
+func (g *Group) setupListen(fd int, network string, ep endpoint, reusePort bool) error {
 	setInt := func(level, opt, v int) error {
 		return os.NewSyscallError("setsockopt", unix.SetsockoptInt(fd, level, opt, v))
 	}
 	if ep.family != unix.AF_UNIX {
 		if err := setInt(unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
-			return -1, err
+			return err
 		}
 	}
 	if reusePort {
 		if err := setInt(unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
-			return -1, err
+			return err
 		}
 	}
 	if ep.family == unix.AF_INET6 {
 		// tcp on an IPv6 socket is dual-stack, tcp6 is not, as in package net.
 		if err := setInt(unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, boolInt(network == "tcp6")); err != nil {
-			return -1, err
+			return err
 		}
 	}
 	if err := g.prepare(fd, network, ep, true); err != nil {
-		return -1, err
+		return err
 	}
 	if err := unix.Bind(fd, ep.sa); err != nil {
-		return -1, os.NewSyscallError("bind", err)
+		return os.NewSyscallError("bind", err)
 	}
 	if err := unix.Listen(fd, listenBacklog()); err != nil {
-		return -1, os.NewSyscallError("listen", err)
+		return os.NewSyscallError("listen", err)
 	}
-	return fd, nil
+	return nil
 }
 
 // Accept waits for and returns the next connection. It fails with an error
