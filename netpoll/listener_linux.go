@@ -125,7 +125,13 @@ func (g *Group) listen(ctx context.Context, network, address string) (*Listener,
 			l.unlink = name
 		}
 	}
-	if sharing != Single {
+	return l.start()
+}
+
+// start starts the acceptors of a listener whose registrations are made
+// and adds it to its group, or closes it if the group closed meanwhile.
+func (l *Listener) start() (*Listener, error) {
+	if l.sharing != Single {
 		l.conns = make(chan acceptResult)
 		l.accepts = make([]atomic.Uint64, len(l.ds))
 		for i := range l.ds {
@@ -133,6 +139,7 @@ func (g *Group) listen(ctx context.Context, network, address string) (*Listener,
 			go l.acceptor(i)
 		}
 	}
+	g := l.g
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
@@ -182,21 +189,27 @@ func (l *Listener) open(ep endpoint) error {
 		if err != nil {
 			return err
 		}
-		l.fd = fd
-		extra := uint32(0)
-		if l.sharing == Exclusive {
-			extra = unix.EPOLLEXCLUSIVE
-		}
-		for _, p := range g.pollers {
-			if err := l.register(fd, p, extra, false); err != nil {
-				if extra != 0 && errors.Is(err, unix.EINVAL) {
-					return fmt.Errorf("sharing=exclusive: the kernel refuses EPOLLEXCLUSIVE (needs Linux 4.5): %w", err)
-				}
-				return err
-			}
-		}
-		return nil
+		return l.share(fd)
 	}
+}
+
+// share registers listening socket fd on every poller (Exclusive, WakeAll).
+// l owns fd from here: closeRegistrations closes it, on failure too.
+func (l *Listener) share(fd int) error {
+	l.fd = fd
+	extra := uint32(0)
+	if l.sharing == Exclusive {
+		extra = unix.EPOLLEXCLUSIVE
+	}
+	for _, p := range l.g.pollers {
+		if err := l.register(fd, p, extra, false); err != nil {
+			if extra != 0 && errors.Is(err, unix.EINVAL) {
+				return fmt.Errorf("sharing=exclusive: the kernel refuses EPOLLEXCLUSIVE (needs Linux 4.5): %w", err)
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 // register adds a registration of the listening socket fd on p. extra is
