@@ -212,11 +212,12 @@ type Config struct {
 	// up to whole seconds; Linux accepts at most 32767s and 127 probes.
 	//
 	// A listener's sockets carry the setting and the connections it
-	// accepts inherit it (sockopt_linux.go), so options set later on the
-	// listener itself (its SyscallConn or File) reach the connections
-	// accepted afterwards; package net sets it on each accepted
-	// connection instead. A listener from FileListener, whose socket is
-	// not the group's to change, sets it on each accepted connection.
+	// accepts inherit it (DESIGN.md, "Keep-alive"), so options set later
+	// on the listener itself (its SyscallConn or File) reach the
+	// connections accepted afterwards; package net sets it on each
+	// accepted connection instead. A listener from FileListener, whose
+	// socket is not the group's to change, sets it on each accepted
+	// connection.
 	KeepAliveConfig net.KeepAliveConfig
 
 	// Control, if not nil, is called as package net's
