@@ -30,13 +30,13 @@ import (
 // The clone is taken when the handshake completes, so the options are set
 // before listen(2): no connection is queued without them. DESIGN.md
 // ("Options a listener passes on") records a probe of the running kernel
-// that agrees, and TestKeepAliveDefault reads the options back from
-// accepted sockets in every Sharing.
+// that agrees, and TestKeepAlive reads the options back from accepted
+// sockets in every Sharing.
 //
-// Both orders match package net's result. Control runs first and
-// keep-alive after it, so keep-alive options Control set are overridden,
-// as net's per-connection setsockopt overrides what a connection inherited;
-// with keep-alive off (KeepAlive < 0) nothing is set, and what Control set
+// The order gives package net's result: Control runs first and keep-alive
+// after it, so keep-alive options Control set are overridden, as net's
+// per-connection setsockopt overrides what a connection inherited; with
+// keep-alive off (KeepAlive < 0) nothing is set, and what Control set
 // stays, as with net.
 
 // keepAliveSock sets keep-alive on fd as package net's
