@@ -54,7 +54,11 @@ func resolve(ctx context.Context, network, address string, listen bool) ([]endpo
 	var ips []netip.Addr
 	switch {
 	case host == "" && listen:
-		return wildcard(network, port), nil
+		// Named as package net names it (":80", in errors and to a
+		// Control hook), not by the wildcard address bound.
+		eps := wildcard(network, port)
+		eps[0].addr = &net.TCPAddr{Port: port}
+		return eps, nil
 	case host == "":
 		ips = []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.IPv6Loopback()}
 	default:

@@ -33,22 +33,42 @@ type Config struct {
 	// wakeup would deliver it, and what the spin may cost (DESIGN.md).
 	DisableSpin bool
 
-	// KeepAlive and KeepAliveConfig set TCP keep-alive on accepted and
-	// dialed TCP connections with package net's meaning (net.ListenConfig
-	// and net.Dialer): by default probes are on, after 15 seconds idle,
-	// every 15 seconds, 9 of them. A negative KeepAlive turns them off
-	// unless KeepAliveConfig.Enable is true; a positive one sets the idle
-	// time and the interval.
-	KeepAlive       time.Duration
+	// KeepAlive is package net's ListenConfig.KeepAlive and
+	// Dialer.KeepAlive, for every accepted and dialed TCP connection of
+	// the group: zero turns keep-alive probes on with net's defaults
+	// (idle 15s, interval 15s, 9 probes), a positive value is the idle
+	// time (the others at their defaults), a negative one leaves the
+	// socket as the OS made it (off) unless KeepAliveConfig.Enable is
+	// set. Ignored if KeepAliveConfig.Enable is set. Unix sockets have no
+	// keep-alive.
+	KeepAlive time.Duration
+
+	// KeepAliveConfig is package net's: with Enable set, its fields are
+	// the keep-alive settings (a zero field takes net's default, a
+	// negative one leaves the OS's value). Idle and Interval are rounded
+	// up to whole seconds; Linux accepts at most 32767s and 127 probes.
+	//
+	// A listener's sockets carry the setting and the connections it
+	// accepts inherit it (DESIGN.md, "Keep-alive"), so options set later
+	// on the listener itself (its SyscallConn or File) reach the
+	// connections accepted afterwards; package net sets it on each
+	// accepted connection instead. A listener from FileListener, whose
+	// socket is not the group's to change, sets it on each accepted
+	// connection.
 	KeepAliveConfig net.KeepAliveConfig
 
-	// Control, if not nil, is called after a socket is created and before
-	// it is bound (Listen, for each socket) or connected (Dial), as
-	// net.ListenConfig.Control and net.Dialer.Control are. The connections
-	// of a Control'd listener or dial try every Read and Write syscall
-	// first, as package net does: the hook may have set options, such as
-	// SO_RCVLOWAT, under which a short read does not prove the socket
-	// drained.
+	// Control, if not nil, is called as package net's
+	// ListenConfig.Control and Dialer.Control are: after a socket is
+	// created and before it is bound (each listening socket: one per
+	// poller with ReusePort) or connected (each address a Dial tries),
+	// with the network ("tcp4", "tcp6" or "unix", as net passes it), the
+	// address about to be bound or connected, and a RawConn on the
+	// socket, valid until Control returns. An error fails the Listen or
+	// Dial with it, and the socket is closed. Connections of a listener
+	// made with Control, and connections dialed with it, never skip a
+	// short read's syscall: Control may have set options, SO_RCVLOWAT
+	// among them, that end reads early with no edge to come (DESIGN.md,
+	// "Options a listener passes on").
 	Control func(network, address string, c syscall.RawConn) error
 
 	// Experiment chooses the lab's settings in the NETPOLL syntax
@@ -390,6 +410,9 @@ func (c Config) String() string {
 func (c Config) settings() (settings, error) {
 	if c.Pollers < 0 || c.Pollers > MaxPollers {
 		return settings{}, &ConfigError{"pollers", strconv.Itoa(c.Pollers), fmt.Sprintf("want 0 (the default) to %d", MaxPollers)}
+	}
+	if err := c.validateKeepAlive(); err != nil {
+		return settings{}, err
 	}
 	if c.Sharing >= wakeAll {
 		return settings{}, &ConfigError{"sharing", c.Sharing.String(), "want Single, Exclusive or ReusePort (wakeall only by Experiment)"}

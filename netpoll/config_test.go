@@ -3,6 +3,7 @@ package netpoll_test
 import (
 	"errors"
 	"math"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,12 +31,12 @@ func TestParseConfig(t *testing.T) {
 		{"mode=oneshot,wait=inline", netpoll.Config{Mode: netpoll.OneShot, Wait: netpoll.WaitInline}},
 	} {
 		got, err := netpoll.ParseConfig(tt.in)
-		if err != nil || got != tt.want {
+		if err != nil || !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("ParseConfig(%q) = %+v, %v; want %+v", tt.in, got, err, tt.want)
 		}
 		// String round-trips (with the default poller count made explicit).
 		again, err := netpoll.ParseConfig(got.String())
-		if want := withPollers(got); err != nil || again != want {
+		if want := withPollers(got); err != nil || !reflect.DeepEqual(again, want) {
 			t.Errorf("ParseConfig(%q.String() = %q) = %+v, %v; want %+v", tt.in, got.String(), again, err, want)
 		}
 	}
@@ -113,7 +114,7 @@ func FuzzParseConfig(f *testing.F) {
 			return
 		}
 		again, err := netpoll.ParseConfig(c.String())
-		if err != nil || again != withPollers(c) {
+		if err != nil || !reflect.DeepEqual(again, withPollers(c)) {
 			t.Fatalf("ParseConfig(%q): %+v does not round-trip through %q: %+v, %v", s, c, c.String(), again, err)
 		}
 	})

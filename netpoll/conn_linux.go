@@ -212,19 +212,32 @@ func (c *Conn) SetNoDelay(noDelay bool) error {
 	return c.setsockopt(unix.IPPROTO_TCP, unix.TCP_NODELAY, boolInt(noDelay))
 }
 
-// SetKeepAlive turns TCP keep-alive probes on or off (off by default).
+// SetKeepAlive turns TCP keep-alive probes on or off. They are on by
+// default, as in package net: idle 15s, interval 15s, 9 probes
+// (Config.KeepAlive and Config.KeepAliveConfig change that).
 func (c *Conn) SetKeepAlive(keepalive bool) error {
 	return c.setsockopt(unix.SOL_SOCKET, unix.SO_KEEPALIVE, boolInt(keepalive))
 }
 
-// SetKeepAlivePeriod sets the idle time and the interval of keep-alive
-// probes, rounded up to whole seconds.
+// SetKeepAlivePeriod sets how long the connection must be idle before the
+// first keep-alive probe, rounded up to whole seconds, as package net's
+// TCPConn.SetKeepAlivePeriod does: 0 means net's default (15s), and a
+// negative d leaves it as it is. The interval between probes is not
+// changed (SetKeepAliveConfig sets it).
 func (c *Conn) SetKeepAlivePeriod(d time.Duration) error {
-	secs := int((d + time.Second - 1) / time.Second)
-	if err := c.setsockopt(unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, secs); err != nil {
-		return err
+	secs, ok := keepAliveSecs(d, defaultKeepAliveIdle)
+	if !ok {
+		return nil
 	}
-	return c.setsockopt(unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, secs)
+	return c.setsockopt(unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, secs)
+}
+
+// SetKeepAliveConfig configures keep-alive probes as package net's
+// TCPConn.SetKeepAliveConfig does: probes on or off as config.Enable says,
+// then the idle time, the interval and the count set, each at net's
+// default (15s, 15s, 9) when zero and left as it is when negative.
+func (c *Conn) SetKeepAliveConfig(config net.KeepAliveConfig) error {
+	return c.control("set", func(fd int) error { return keepAliveSock(fd, config) })
 }
 
 // SetLinger sets SO_LINGER as package net's TCPConn.SetLinger does: sec < 0

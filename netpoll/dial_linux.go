@@ -46,6 +46,10 @@ func (g *Group) dialOne(ctx context.Context, network string, ep endpoint) (*Conn
 	if err != nil {
 		return nil, os.NewSyscallError("socket", err)
 	}
+	if err := g.prepare(fd, network, ep, false); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
 	// Connect before registering: a socket that was never connected polls as
 	// writable and hung up, which would leave stale ready tokens behind.
 	for {
@@ -59,9 +63,14 @@ func (g *Group) dialOne(ctx context.Context, network string, ep endpoint) (*Conn
 		unix.Close(fd)
 		return nil, os.NewSyscallError("connect", err)
 	}
-	c, err := g.newConn(fd, network, sockTCPAddr(ep.sa), ep.sa, g.pick(), nil)
+	c, err := g.newConn(fd, network, sockTCPAddr(ep.sa), ep.sa, g.pick(), nil, true)
 	if err != nil {
 		return nil, err
+	}
+	if g.cfg.Control != nil {
+		// The hook had the fd: it may have set options that end reads
+		// early (SO_RCVLOWAT). After registration, which sets d.skip.
+		c.d.exposeRaw()
 	}
 	if inProgress {
 		// connect bound the local address already, in progress or not.

@@ -113,7 +113,7 @@ func InjectReadEvent(c any, fd int, gen uint32) int {
 
 // AdoptFD registers a connected stream fd on g as a *Conn.
 func AdoptFD(g *Group, fd int) (*Conn, error) {
-	return g.newConn(fd, "unix", tcpAddr{}, nil, g.pick(), nil)
+	return g.newConn(fd, "unix", tcpAddr{}, nil, g.pick(), nil, false)
 }
 
 // ResetDefault forgets the default group so the next Listen or Dial reads

@@ -43,9 +43,16 @@ type Listener struct {
 	closed    chan struct{} // closed when Close begins: ends back-offs and hand-offs
 
 	// raw is set, for good, once user code has had a listening socket
-	// (SyscallConn, File): the connections accepted from then on skip no
-	// short reads. See Listener.exposeRaw (listener_raw_linux.go).
+	// (SyscallConn, File, Config.Control, FileListener): the connections
+	// accepted from then on skip no short reads. See Listener.exposeRaw
+	// (listener_raw_linux.go).
 	raw atomic.Bool
+
+	// connKeepAlive says each accepted connection gets the group's TCP
+	// keep-alive itself: a FileListener's, whose socket is not the
+	// group's to change. Otherwise the listening sockets carry it and
+	// the connections inherit it (sockopt_linux.go).
+	connKeepAlive bool
 
 	// deadline is Accept's deadline, one immutable value at a time:
 	// SetDeadline swaps in a new one and closes the old one's changed,
@@ -105,6 +112,9 @@ func (g *Group) listen(ctx context.Context, network, address string) (*Listener,
 	ep := eps[0]
 	l := &Listener{g: g, network: network, sharing: sharing, fd: -1, closed: make(chan struct{})}
 	l.deadline.Store(&acceptDeadline{changed: make(chan struct{})})
+	if g.cfg.Control != nil {
+		l.exposeRaw() // before the hook has the socket
+	}
 	if err := l.open(ep); err != nil {
 		l.closeRegistrations()
 		return nil, &net.OpError{Op: "listen", Net: network, Addr: ep.addr, Err: err}
@@ -115,7 +125,13 @@ func (g *Group) listen(ctx context.Context, network, address string) (*Listener,
 			l.unlink = name
 		}
 	}
-	if sharing != Single {
+	return l.start()
+}
+
+// start starts the acceptors of a listener whose registrations are made
+// and adds it to its group, or closes it if the group closed meanwhile.
+func (l *Listener) start() (*Listener, error) {
+	if l.sharing != Single {
 		l.conns = make(chan acceptResult)
 		l.accepts = make([]atomic.Uint64, len(l.ds))
 		for i := range l.ds {
@@ -123,6 +139,7 @@ func (g *Group) listen(ctx context.Context, network, address string) (*Listener,
 			go l.acceptor(i)
 		}
 	}
+	g := l.g
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
@@ -139,14 +156,14 @@ func (l *Listener) open(ep endpoint) error {
 	g := l.g
 	switch l.sharing {
 	case Single:
-		fd, err := listenSocket(l.network, ep, false)
+		fd, err := g.listenSocket(l.network, ep, false)
 		if err != nil {
 			return err
 		}
 		return l.register(fd, g.pick(), 0, true)
 	case ReusePort:
 		for i, p := range g.pollers {
-			fd, err := listenSocket(l.network, ep, true)
+			fd, err := g.listenSocket(l.network, ep, true)
 			if err != nil {
 				return err
 			}
@@ -160,29 +177,39 @@ func (l *Listener) open(ep endpoint) error {
 					return os.NewSyscallError("getsockname", err)
 				}
 				ep.sa = sa
+				if a, ok := ep.addr.(*net.TCPAddr); ok {
+					// What Control and errors name: the address bound.
+					ep.addr = &net.TCPAddr{IP: a.IP, Port: toAddr(sa).(*net.TCPAddr).Port, Zone: a.Zone}
+				}
 			}
 		}
 		return nil
 	default: // Exclusive, wakeAll
-		fd, err := listenSocket(l.network, ep, false)
+		fd, err := g.listenSocket(l.network, ep, false)
 		if err != nil {
 			return err
 		}
-		l.fd = fd
-		extra := uint32(0)
-		if l.sharing == Exclusive {
-			extra = unix.EPOLLEXCLUSIVE
-		}
-		for _, p := range g.pollers {
-			if err := l.register(fd, p, extra, false); err != nil {
-				if extra != 0 && errors.Is(err, unix.EINVAL) {
-					return fmt.Errorf("sharing=exclusive: the kernel refuses EPOLLEXCLUSIVE (needs Linux 4.5): %w", err)
-				}
-				return err
-			}
-		}
-		return nil
+		return l.share(fd)
 	}
+}
+
+// share registers listening socket fd on every poller (Exclusive, WakeAll).
+// l owns fd from here: closeRegistrations closes it, on failure too.
+func (l *Listener) share(fd int) error {
+	l.fd = fd
+	extra := uint32(0)
+	if l.sharing == Exclusive {
+		extra = unix.EPOLLEXCLUSIVE
+	}
+	for _, p := range l.g.pollers {
+		if err := l.register(fd, p, extra, false); err != nil {
+			if extra != 0 && errors.Is(err, unix.EINVAL) {
+				return fmt.Errorf("sharing=exclusive: the kernel refuses EPOLLEXCLUSIVE (needs Linux 4.5): %w", err)
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 // register adds a registration of the listening socket fd on p. extra is
@@ -211,43 +238,52 @@ func (l *Listener) register(fd int, p *poller, extra uint32, owns bool) error {
 	return nil
 }
 
-// listenSocket opens, binds and listens a non-blocking socket for ep.
-func listenSocket(network string, ep endpoint, reusePort bool) (fd int, err error) {
-	fd, err = unix.Socket(ep.family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+// listenSocket opens, binds and listens a non-blocking socket for ep,
+// running the group's prepare (Control, keep-alive) before bind. On
+// failure the socket is closed.
+func (g *Group) listenSocket(network string, ep endpoint, reusePort bool) (int, error) {
+	fd, err := unix.Socket(ep.family, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return -1, os.NewSyscallError("socket", err)
 	}
-	defer func() {
-		if err != nil {
-			unix.Close(fd)
-		}
-	}()
+	if err := g.setupListen(fd, network, ep, reusePort); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// setupListen sets listening socket fd's options, binds and listens it.
+func (g *Group) setupListen(fd int, network string, ep endpoint, reusePort bool) error {
 	setInt := func(level, opt, v int) error {
 		return os.NewSyscallError("setsockopt", unix.SetsockoptInt(fd, level, opt, v))
 	}
 	if ep.family != unix.AF_UNIX {
 		if err := setInt(unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
-			return -1, err
+			return err
 		}
 	}
 	if reusePort {
 		if err := setInt(unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
-			return -1, err
+			return err
 		}
 	}
 	if ep.family == unix.AF_INET6 {
 		// tcp on an IPv6 socket is dual-stack, tcp6 is not, as in package net.
 		if err := setInt(unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, boolInt(network == "tcp6")); err != nil {
-			return -1, err
+			return err
 		}
 	}
+	if err := g.prepare(fd, network, ep, true); err != nil {
+		return err
+	}
 	if err := unix.Bind(fd, ep.sa); err != nil {
-		return -1, os.NewSyscallError("bind", err)
+		return os.NewSyscallError("bind", err)
 	}
 	if err := unix.Listen(fd, listenBacklog()); err != nil {
-		return -1, os.NewSyscallError("listen", err)
+		return os.NewSyscallError("listen", err)
 	}
-	return fd, nil
+	return nil
 }
 
 // Accept waits for and returns the next connection, a *Conn. It fails
@@ -426,7 +462,7 @@ func (l *Listener) acceptOn(d *desc, p *poller, gate func() bool, timed bool) (*
 			if raw.Addr.Family == unix.AF_UNIX {
 				rsa, _ = unix.Getpeername(nfd) // rare: unnamed, mostly
 			}
-			return l.inherit(l.g.newConn(nfd, l.network, rawTCPAddr(&raw), rsa, p, &l.locals))
+			return l.inherit(l.g.newConn(nfd, l.network, rawTCPAddr(&raw), rsa, p, &l.locals, l.connKeepAlive))
 		case unix.ECONNABORTED:
 			continue
 		case unix.EMFILE, unix.ENFILE, unix.ENOBUFS, unix.ENOMEM:
@@ -618,13 +654,22 @@ func (l *Listener) opError(op string, err error) error {
 // failure the fd is closed.
 //
 // locals, when not nil, lends the connection a local address it holds
-// already (a listener's connections share theirs).
-func (g *Group) newConn(fd int, network string, raddr tcpAddr, rsa unix.Sockaddr, p *poller, locals *localAddrs) (*Conn, error) {
+// already (a listener's connections share theirs). keepAlive says to set
+// the group's TCP keep-alive on it, as package net does on every TCP
+// connection; a connection accepted from a socket that carries it has it
+// already (sockopt_linux.go).
+func (g *Group) newConn(fd int, network string, raddr tcpAddr, rsa unix.Sockaddr, p *poller, locals *localAddrs, keepAlive bool) (*Conn, error) {
 	if network != "unix" {
 		// TCP_NODELAY on by default, as in package net.
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1); err != nil {
 			unix.Close(fd)
 			return nil, os.NewSyscallError("setsockopt", err)
+		}
+		if keepAlive {
+			if err := g.keepAlive(fd); err != nil {
+				unix.Close(fd)
+				return nil, err
+			}
 		}
 	}
 	// Addresses first: once registered, a concurrent Group.Close may close

@@ -153,11 +153,10 @@ func (l *Listener) sockets() []*desc {
 // covers every registration (Exclusive, wakeAll) and every socket
 // (ReusePort).
 //
-// Where issue 33 adds a ListenConfig-style Control hook and a listener made
-// from an inherited fd (FileListener), both hand the socket to code
-// netpoll does not see before the first accept: Listen must call
-// l.exposeRaw before the hook runs, and a FileListener at once. A Dialer's
-// Control hook likewise calls exposeRaw on the dialed Conn's descriptor.
+// Config.Control and FileListener hand the socket to code netpoll does not
+// see before the first accept: Listen calls l.exposeRaw before the hook
+// runs, and FileListener at once. A dialed Conn whose socket the hook had
+// gets exposeRaw on its descriptor before Dial returns it.
 
 // exposeRaw records, for good, that user code has had l's sockets.
 func (l *Listener) exposeRaw() {
