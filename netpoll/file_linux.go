@@ -30,7 +30,7 @@ func FileListener(f *os.File) (*Listener, error) {
 // socket is too, as with package net.
 //
 // The socket is registered as the group's Sharing says: Single, one
-// registration; Exclusive and WakeAll, the one socket on every poller.
+// registration; Exclusive and wakeall, the one socket on every poller.
 // ReusePort balances between a socket per poller, and an inherited
 // listener is one socket, so it is served as Single: one registration,
 // Accept accepting on it, its connections spread across the pollers
