@@ -5,10 +5,9 @@
 // a handler call per readable connection, which echoes one Read.
 //
 // With -idletimeout D, a connection that sends nothing for D is closed:
-// before each wait for a request the server sets a read deadline of now+D
-// (with -ondemand, the handler sets it after each echo, and the
-// netpoll.Server's ConnState hook on a new connection before its first
-// wait), and a Read that fails with the timeout ends the connection.
+// before each wait for a request the server sets a read deadline of now+D,
+// and a Read that fails with the timeout ends the connection; with
+// -ondemand, the netpoll.Server's IdleTimeout closes it.
 //
 // While it serves, SIGUSR1 makes it collect garbage (runtime.GC, then
 // debug.FreeOSMemory) and write one line to stderr with the heap and
@@ -145,7 +144,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	waitRead := fs.Bool("waitread", false, "wait for readability with Conn.WaitRead, holding no buffer, and take one from a pool only to read and echo (needs -impl netpoll)")
 	onDemand := fs.Bool("ondemand", false, "serve with netpoll.Server: a handler call per readable connection takes a buffer from a pool, echoes one Read and returns, so an idle connection holds no buffer, and no goroutine with -impl netpoll (-impl net: the Server's fallback, a goroutine per connection)")
 	zeroRead := fs.Bool("zeroread", false, "wait for readability with a zero-byte Read, holding no buffer, and take one from a pool only to read and echo (needs -impl net, and the patched toolchain with GODEBUG=netpollzeroread=1)")
-	idleTimeout := fs.Duration("idletimeout", 0, "close a connection that sends nothing for this long: a read deadline of now+D before each wait for a request (0: none)")
+	idleTimeout := fs.Duration("idletimeout", 0, "close a connection that sends nothing for this long: a read deadline of now+D before each wait for a request, or with -ondemand the netpoll.Server's IdleTimeout (0: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -187,16 +186,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	pool := sync.Pool{New: func() any { b := make([]byte, *bufSize); return &b }}
 	idle := idleDeadline(*idleTimeout)
 	if *onDemand {
-		if idle != nil {
-			// The handler sets the deadline after each echo; a new
-			// connection gets it before its first wait.
-			s.ConnState = func(c net.Conn, st netpoll.ConnState) {
-				if st == netpoll.StateNew {
-					idle(c)
-				}
-			}
-		}
-		return s.ServeOnDemand(ctx, echoOnDemand(&pool, idle))
+		// The Server closes a connection idle for -idletimeout itself.
+		s.IdleTimeout = *idleTimeout
+		return s.ServeOnDemand(ctx, echoOnDemand(&pool))
 	}
 	if *zeroRead {
 		return s.Serve(ctx, func(_ context.Context, c net.Conn) { echoZeroRead(c, &pool, idle) })
@@ -307,11 +299,8 @@ func echoZeroRead(c net.Conn, pool *sync.Pool, idle func(net.Conn) error) {
 // connection is readable, it takes a buffer from pool, writes back what
 // one Read returns and gives the buffer back. nil waits for more; a Read
 // or Write error (EOF too) closes the connection. What one Read leaves
-// queued calls it again. After an echo, idle (unless nil) sets the read
-// deadline for the wait that follows: when it passes, the Server calls the
-// handler, whose Read fails with the timeout, and the error closes the
-// connection.
-func echoOnDemand(pool *sync.Pool, idle func(net.Conn) error) netpoll.HandlerFunc {
+// queued calls it again.
+func echoOnDemand(pool *sync.Pool) netpoll.HandlerFunc {
 	return func(c net.Conn) error {
 		bp := pool.Get().(*[]byte)
 		n, err := c.Read(*bp)
@@ -321,9 +310,6 @@ func echoOnDemand(pool *sync.Pool, idle func(net.Conn) error) netpoll.HandlerFun
 			}
 		}
 		pool.Put(bp)
-		if err == nil && idle != nil {
-			err = idle(c)
-		}
 		return err
 	}
 }

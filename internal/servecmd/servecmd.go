@@ -98,6 +98,10 @@ type Server struct {
 	// handler gets.
 	ConnState func(c net.Conn, state netpoll.ConnState)
 
+	// IdleTimeout, if set before ServeOnDemand, is its netpoll.Server's:
+	// a connection that waits that long for a request is closed.
+	IdleTimeout time.Duration
+
 	flags   *Flags
 	profile *os.File
 	stderr  io.Writer // for -stats
@@ -302,7 +306,7 @@ func (s *Server) ServeOnDemand(ctx context.Context, h netpoll.Handler) error {
 		inner := h
 		h = netpoll.HandlerFunc(func(c net.Conn) error { return inner.ServeConn(CopyOnly(c)) })
 	}
-	srv := &netpoll.Server{Handler: h, ConnState: s.ConnState, ErrorLog: log.New(s.stderr, "", log.LstdFlags)}
+	srv := &netpoll.Server{Handler: h, ConnState: s.ConnState, IdleTimeout: s.IdleTimeout, ErrorLog: log.New(s.stderr, "", log.LstdFlags)}
 	served := make(chan error, 1)
 	done := make(chan struct{})
 	go func() {
