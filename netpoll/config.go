@@ -250,7 +250,7 @@ func (k *knobs) parse(key, v string) error {
 		}
 		k.pollers = n
 	case "sharing":
-		if i = indexOf(sharingNames[:], v, nil); i < 0 {
+		if i = indexOf(sharingNames[:], v, map[string]string{"default": "single"}); i < 0 {
 			return &ConfigError{key, v, "want single, exclusive, reuseport or wakeall"}
 		}
 		k.sharing = Sharing(i)
@@ -336,7 +336,7 @@ func (k knobs) experiment() string {
 			v = k.spin.String()
 		case key == "busypoll":
 			v = k.busyPoll.String()
-		case key == "shortread":
+		case key == "shortread" && k.readOff:
 			v = "off"
 		default:
 			continue // a Config field: pollers, sharing but wakeall, spin=off
