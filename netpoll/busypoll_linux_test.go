@@ -4,7 +4,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/edgepoll/edgepoll/netpoll"
 )
@@ -13,7 +12,7 @@ import (
 // (it needs NAPI to do anything; loopback has none, so only the setting is
 // checked).
 func TestBusyPoll(t *testing.T) {
-	g, err := netpoll.New(netpoll.Config{Pollers: 2, BusyPoll: 50 * time.Microsecond})
+	g, err := netpoll.New(cfgOf(t, "pollers=2,busypoll=50us"))
 	var ce *netpoll.ConfigError
 	if errors.As(err, &ce) && strings.Contains(ce.Reason, "lacks") {
 		t.Skipf("kernel without EPIOCSPARAMS: %v", err)

@@ -2,9 +2,12 @@ package netpoll_test
 
 import (
 	"errors"
+	"net"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/edgepoll/edgepoll/netpoll"
 )
@@ -40,8 +43,8 @@ func TestGoodEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := g.Config(); c.Mode != netpoll.OneShot || c.Wait != netpoll.WaitBlock {
-		t.Errorf("default group config = %+v, want mode=oneshot wait=block", c)
+	if c, want := g.Config(), cfgOf(t, "mode=oneshot,wait=block"); !sameConfig(c, want) {
+		t.Errorf("default group config = %q, want %q", c, want)
 	}
 }
 
@@ -78,5 +81,40 @@ func TestBadEnvKeys(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestGroupConfig: a group's Config is the one given to New, as given:
+// fields, Experiment as spelled, hooks; the fields and Experiment combine
+// when they set different keys. New reads no NETPOLL.
+func TestGroupConfig(t *testing.T) {
+	t.Setenv(netpoll.EnvVar, "pollers=lots")
+	var controls int
+	control := func(network, address string, c syscall.RawConn) error { controls++; return nil }
+	for _, cfg := range []netpoll.Config{
+		{},
+		{Pollers: 2, Sharing: netpoll.ReusePort, DisableSpin: true, Experiment: "mode=oneshot"},
+		{Pollers: 3, Experiment: " mode=level , sharing=wakeall,"},
+		{Sharing: netpoll.Exclusive, Experiment: "spin=1ms"},
+		{KeepAlive: -1, KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: time.Minute}, Experiment: "wait=inline"},
+	} {
+		g, err := netpoll.New(cfg)
+		if err != nil {
+			t.Errorf("New(%#v): %v", cfg, err)
+			continue
+		}
+		if got := g.Config(); !sameConfig(got, cfg) {
+			t.Errorf("New(%#v).Config() = %#v, want it as given", cfg, got)
+		}
+		g.Close()
+	}
+	// A Control hook is kept: the group's Config calls the same func.
+	g, err := netpoll.New(netpoll.Config{Control: control})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if c := g.Config(); c.Control == nil || c.Control("tcp", "", nil) != nil || controls != 1 {
+		t.Errorf("Config().Control nil %v, called %d times; want the hook given, called once", c.Control == nil, controls)
 	}
 }

@@ -12,42 +12,69 @@ import (
 	"github.com/edgepoll/edgepoll/netpoll"
 )
 
+// TestParseConfig: the keys with a Config field set it (spin=off and spin=0
+// set DisableSpin); the rest, the lab's experiment settings, are kept in
+// Experiment, in the canonical order of ParseConfig's doc and spelling
+// (aliases resolved, durations as time.Duration prints them); "default" is
+// every key's zero value. String renders the Config back, defaults left
+// out, and ParseConfig of that String is the Config again, exactly.
 func TestParseConfig(t *testing.T) {
 	for _, tt := range []struct {
 		in   string
 		want netpoll.Config
+		str  string // want.String()
 	}{
-		{"", netpoll.Config{}},
-		{"mode=oneshot,pollers=2", netpoll.Config{Mode: netpoll.OneShot, Pollers: 2}},
-		{"mode=lt, spin=50us ,wait=block", netpoll.Config{Mode: netpoll.LevelTriggered, Spin: 50 * time.Microsecond, Wait: netpoll.WaitBlock}},
-		{"mode=edge,sharing=exclusive,spin=forever,wait=block", netpoll.Config{Sharing: netpoll.Exclusive, Spin: -1, Wait: netpoll.WaitBlock}},
-		{"pollers=8,sharing=exclusive", netpoll.Config{Pollers: 8, Sharing: netpoll.Exclusive}},
-		{"busypoll=50us", netpoll.Config{BusyPoll: 50 * time.Microsecond}},
-		{"spin=auto", netpoll.Config{SpinPolicy: netpoll.SpinAuto}},
-		{"spin=0", netpoll.Config{SpinPolicy: netpoll.SpinFixed}},
-		{"spin=default", netpoll.Config{}},
-		{"spin=-5ms", netpoll.Config{Spin: -5 * time.Millisecond}},
-		{"mode=level,sharing=reuseport,wait=inline", netpoll.Config{Mode: netpoll.LevelTriggered, Sharing: netpoll.ReusePort, Wait: netpoll.WaitInline}},
-		{"mode=oneshot,wait=inline", netpoll.Config{Mode: netpoll.OneShot, Wait: netpoll.WaitInline}},
+		{"", netpoll.Config{}, ""},
+		{"mode=oneshot,pollers=2", netpoll.Config{Pollers: 2, Experiment: "mode=oneshot"}, "pollers=2,mode=oneshot"},
+		{"mode=lt, spin=50us ,wait=block", netpoll.Config{Experiment: "mode=lt,wait=block,spin=50µs"}, "mode=lt,wait=block,spin=50µs"},
+		{"mode=edge,sharing=exclusive,spin=forever,wait=block", netpoll.Config{Sharing: netpoll.Exclusive, Experiment: "mode=et,wait=block,spin=forever"}, "sharing=exclusive,mode=et,wait=block,spin=forever"},
+		{"pollers=8,sharing=exclusive", netpoll.Config{Pollers: 8, Sharing: netpoll.Exclusive}, "pollers=8,sharing=exclusive"},
+		{"busypoll=50us", netpoll.Config{Experiment: "busypoll=50µs"}, "busypoll=50µs"},
+		{"spin=auto", netpoll.Config{Experiment: "spin=auto"}, "spin=auto"},
+		{"spin=0", netpoll.Config{DisableSpin: true}, "spin=off"},
+		{"spin=off", netpoll.Config{DisableSpin: true}, "spin=off"},
+		{"spin=off,wait=block", netpoll.Config{DisableSpin: true, Experiment: "wait=block"}, "spin=off,wait=block"},
+		{"spin=default", netpoll.Config{}, ""},
+		{"spin=1ms,wait=block", netpoll.Config{Experiment: "wait=block,spin=1ms"}, "wait=block,spin=1ms"},
+		{"mode=level,sharing=reuseport,wait=inline", netpoll.Config{Sharing: netpoll.ReusePort, Experiment: "mode=lt,wait=inline"}, "sharing=reuseport,mode=lt,wait=inline"},
+		{"mode=oneshot,wait=inline", netpoll.Config{Experiment: "mode=oneshot,wait=inline"}, "mode=oneshot,wait=inline"},
+		// wakeall has no Sharing value: it stays in Experiment.
+		{"sharing=wakeall", netpoll.Config{Experiment: "sharing=wakeall"}, "sharing=wakeall"},
+		{"sharing=wakeall,pollers=4,mode=lt", netpoll.Config{Pollers: 4, Experiment: "sharing=wakeall,mode=lt"}, "pollers=4,sharing=wakeall,mode=lt"},
+		{"sharing=single", netpoll.Config{}, ""},
+		{"shortread=on", netpoll.Config{}, ""},
+		{"shortread=off", netpoll.Config{Experiment: "shortread=off"}, "shortread=off"},
+		{"mode=et", netpoll.Config{Experiment: "mode=et"}, "mode=et"},
+		{"wait=nested", netpoll.Config{Experiment: "wait=nested"}, "wait=nested"},
+		{"pollers=1024", netpoll.Config{Pollers: netpoll.MaxPollers}, "pollers=1024"},
+		// The experiment keys in the canonical order, whatever order given.
+		{"shortread=off,busypoll=1ms,spin=2ms,wait=nested,mode=lt,sharing=wakeall", netpoll.Config{Experiment: "sharing=wakeall,mode=lt,wait=nested,spin=2ms,busypoll=1ms,shortread=off"}, "sharing=wakeall,mode=lt,wait=nested,spin=2ms,busypoll=1ms,shortread=off"},
+		{"busypoll=1000us,spin=forever", netpoll.Config{Experiment: "spin=forever,busypoll=1ms"}, "spin=forever,busypoll=1ms"},
+		// Every key takes "default", as if it were not given.
+		{"pollers=default,sharing=default,mode=default,wait=default,spin=default,busypoll=default,shortread=default", netpoll.Config{}, ""},
+		{"pollers=default,mode=oneshot", netpoll.Config{Experiment: "mode=oneshot"}, "mode=oneshot"},
+		{"sharing=default,pollers=3", netpoll.Config{Pollers: 3}, "pollers=3"},
 	} {
 		got, err := netpoll.ParseConfig(tt.in)
-		if err != nil || !reflect.DeepEqual(got, tt.want) {
-			t.Errorf("ParseConfig(%q) = %+v, %v; want %+v", tt.in, got, err, tt.want)
+		if err != nil || !sameConfig(got, tt.want) {
+			t.Errorf("ParseConfig(%q) = %#v, %v; want %#v", tt.in, got, err, tt.want)
+			continue
 		}
-		// String round-trips (with the default poller count made explicit).
+		if s := got.String(); s != tt.str {
+			t.Errorf("ParseConfig(%q).String() = %q, want %q", tt.in, s, tt.str)
+		}
+		// String round-trips exactly.
 		again, err := netpoll.ParseConfig(got.String())
-		if want := withPollers(got); err != nil || !reflect.DeepEqual(again, want) {
-			t.Errorf("ParseConfig(%q.String() = %q) = %+v, %v; want %+v", tt.in, got.String(), again, err, want)
+		if err != nil || !sameConfig(again, got) {
+			t.Errorf("ParseConfig(%q.String() = %q) = %#v, %v; want %#v", tt.in, got.String(), again, err, got)
 		}
 	}
 }
 
-func withPollers(c netpoll.Config) netpoll.Config {
-	if c.Pollers == 0 {
-		c.Pollers = netpoll.DefaultPollers
-	}
-	return c
-}
+// sameConfig reports whether a and b are the same Config. Config has a
+// func field, so it is not comparable with ==; funcs are equal here only
+// when both are nil, which is all ParseConfig makes.
+func sameConfig(a, b netpoll.Config) bool { return reflect.DeepEqual(a, b) }
 
 func TestParseConfigErrors(t *testing.T) {
 	for _, tt := range []struct{ in, key, value string }{
@@ -65,8 +92,20 @@ func TestParseConfigErrors(t *testing.T) {
 		{"mode", "setting", "mode"},
 		{"mode=et,mode=lt", "mode", "lt"},
 		{"sharing=exclusive,wait=nested", "sharing", "exclusive"},
+		{"sharing=exclusive,wait=inline", "sharing", "exclusive"},
 		{"busypoll=-1us", "busypoll", "-1us"},
 		{"spin=Auto", "spin", "Auto"},
+		// A negative budget was "never block": that is spin=forever now.
+		{"spin=-5ms", "spin", "-5ms"},
+		{"spin=-1ns", "spin", "-1ns"},
+		// wait=block never spins adaptively: asking for it is a mistake,
+		// with wait=block given or the default of sharing=exclusive.
+		{"spin=auto,wait=block", "spin", "auto"},
+		{"sharing=exclusive,spin=auto", "spin", "auto"},
+		{"wait=inline,spin=1ms", "spin", "1ms"},
+		{"wait=inline,spin=forever", "spin", "forever"},
+		{"spin=0,spin=off", "spin", "off"},
+		{"spin=off,spin=default", "spin", "default"},
 	} {
 		_, err := netpoll.ParseConfig(tt.in)
 		var ce *netpoll.ConfigError
@@ -76,23 +115,41 @@ func TestParseConfigErrors(t *testing.T) {
 	}
 }
 
+// TestNewRejectsBadConfig: New checks a Config's fields, its Experiment,
+// and the two against each other: a key set both by a field and by
+// Experiment is a *ConfigError naming the key, even when they agree.
 func TestNewRejectsBadConfig(t *testing.T) {
 	for _, tt := range []struct {
 		cfg netpoll.Config
 		key string
 	}{
-		{netpoll.Config{Mode: 7}, "mode"},
+		{netpoll.Config{Experiment: "mode=7"}, "mode"},
 		{netpoll.Config{Pollers: -1}, "pollers"},
 		{netpoll.Config{Pollers: netpoll.MaxPollers + 1}, "pollers"},
 		{netpoll.Config{Sharing: 9}, "sharing"},
-		{netpoll.Config{Wait: 9}, "wait"},
-		{netpoll.Config{SpinPolicy: 9}, "spinpolicy"},
-		{netpoll.Config{SpinPolicy: netpoll.SpinAuto, Spin: time.Millisecond}, "spin"},
+		{netpoll.Config{Sharing: netpoll.ReusePort + 1}, "sharing"},
+		{netpoll.Config{Experiment: "wait=9"}, "wait"},
+		{netpoll.Config{Experiment: "spin=9"}, "spin"},
+		{netpoll.Config{Experiment: "spin=auto,spin=1ms"}, "spin"},
+		{netpoll.Config{Experiment: "colour=blue"}, "key"},
+		{netpoll.Config{Experiment: "pollers"}, "setting"},
+		{netpoll.Config{Experiment: "spin=auto,wait=block"}, "spin"},
+		{netpoll.Config{Sharing: netpoll.Exclusive, Experiment: "wait=nested"}, "sharing"},
+		{netpoll.Config{Sharing: netpoll.Exclusive, Experiment: "spin=auto"}, "spin"},
+		// A key set both by a field and by Experiment.
+		{netpoll.Config{Pollers: 2, Experiment: "pollers=3"}, "pollers"},
+		{netpoll.Config{Pollers: 2, Experiment: "pollers=2"}, "pollers"},
+		{netpoll.Config{Sharing: netpoll.Exclusive, Experiment: "sharing=wakeall"}, "sharing"},
+		{netpoll.Config{Sharing: netpoll.ReusePort, Experiment: "sharing=single"}, "sharing"},
+		{netpoll.Config{Sharing: netpoll.ReusePort, Experiment: "sharing=reuseport"}, "sharing"},
+		{netpoll.Config{DisableSpin: true, Experiment: "spin=1ms"}, "spin"},
+		{netpoll.Config{DisableSpin: true, Experiment: "spin=off"}, "spin"},
+		{netpoll.Config{DisableSpin: true, Experiment: "spin=auto"}, "spin"},
 	} {
 		g, err := netpoll.New(tt.cfg)
 		var ce *netpoll.ConfigError
 		if !errors.As(err, &ce) || ce.Key != tt.key {
-			t.Errorf("New(%+v) error = %v; want a *ConfigError for %s", tt.cfg, err, tt.key)
+			t.Errorf("New(%#v) error = %v; want a *ConfigError for %s", tt.cfg, err, tt.key)
 		}
 		if g != nil {
 			g.Close()
@@ -101,7 +158,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 }
 
 func FuzzParseConfig(f *testing.F) {
-	for _, s := range []string{"", "mode=et", "mode=oneshot,pollers=2", "spin=forever,wait=block", "spin=auto", "spin=0", "spin=default", "sharing=exclusive,spin=1ms,wait=block", "pollers=x", "a=b=c", ",,,"} {
+	for _, s := range []string{"", "mode=et", "mode=oneshot,pollers=2", "spin=forever,wait=block", "spin=auto", "spin=0", "spin=off", "spin=default", "sharing=exclusive,spin=1ms,wait=block", "sharing=wakeall,mode=lt", "shortread=off,busypoll=1ms", "pollers=default", "pollers=x", "a=b=c", ",,,"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -114,8 +171,14 @@ func FuzzParseConfig(f *testing.F) {
 			return
 		}
 		again, err := netpoll.ParseConfig(c.String())
-		if err != nil || !reflect.DeepEqual(again, withPollers(c)) {
-			t.Fatalf("ParseConfig(%q): %+v does not round-trip through %q: %+v, %v", s, c, c.String(), again, err)
+		if err != nil || !sameConfig(again, c) {
+			t.Fatalf("ParseConfig(%q): %#v does not round-trip through %q: %#v, %v", s, c, c.String(), again, err)
+		}
+		// Experiment keeps only the keys without a field, canonical: alone
+		// it parses to itself.
+		e, err := netpoll.ParseConfig(c.Experiment)
+		if err != nil || !sameConfig(e, netpoll.Config{Experiment: c.Experiment}) {
+			t.Fatalf("ParseConfig(%q).Experiment %q parses to %#v, %v; want only the same Experiment", s, c.Experiment, e, err)
 		}
 	})
 }
@@ -126,24 +189,32 @@ func FuzzParseConfig(f *testing.F) {
 // is a *ConfigError naming the field or key and the value, in its message
 // too.
 func TestNewRejectsOutOfRange(t *testing.T) {
+	maxDur, minDur := time.Duration(math.MaxInt64).String(), time.Duration(math.MinInt64).String()
 	for _, tt := range []struct {
 		name  string
 		cfg   netpoll.Config
 		key   string
 		value string
 	}{
-		{"mode just past lt", netpoll.Config{Mode: netpoll.LevelTriggered + 1}, "mode", "Mode(3)"},
-		{"mode max", netpoll.Config{Mode: math.MaxUint8}, "mode", "Mode(255)"},
-		{"sharing just past reuseport", netpoll.Config{Sharing: netpoll.ReusePort + 1}, "sharing", "Sharing(4)"},
-		{"wait just past inline", netpoll.Config{Wait: netpoll.WaitInline + 1}, "wait", "Wait(4)"},
+		{"mode just past lt", netpoll.Config{Experiment: "mode=3"}, "mode", "3"},
+		{"mode max", netpoll.Config{Experiment: "mode=255"}, "mode", "255"},
+		// Sharing's value past ReusePort is wakeall's, which only
+		// Experiment can ask for (sharing=wakeall).
+		{"sharing just past reuseport", netpoll.Config{Sharing: netpoll.ReusePort + 1}, "sharing", "wakeall"},
+		{"sharing two past reuseport", netpoll.Config{Sharing: netpoll.ReusePort + 2}, "sharing", "Sharing(4)"},
+		{"sharing max", netpoll.Config{Sharing: math.MaxUint8}, "sharing", "Sharing(255)"},
+		{"wait just past inline", netpoll.Config{Experiment: "wait=4"}, "wait", "4"},
 		{"pollers min int", netpoll.Config{Pollers: math.MinInt}, "pollers", "-9223372036854775808"},
 		{"pollers max int", netpoll.Config{Pollers: math.MaxInt}, "pollers", "9223372036854775807"},
-		{"busypoll negative", netpoll.Config{BusyPoll: -time.Microsecond}, "busypoll", "-1µs"},
-		{"busypoll past the kernel's 2^31-1us", netpoll.Config{BusyPoll: (1 << 31) * time.Microsecond}, "busypoll", "35m47.483648s"},
-		{"busypoll max duration", netpoll.Config{BusyPoll: math.MaxInt64}, "busypoll", time.Duration(math.MaxInt64).String()},
-		{"inline wait with a spin budget", netpoll.Config{Wait: netpoll.WaitInline, Spin: time.Millisecond}, "spin", "1ms"},
-		{"inline wait spinning forever", netpoll.Config{Wait: netpoll.WaitInline, Spin: -1}, "spin", "forever"},
-		{"exclusive with nested pollers", netpoll.Config{Sharing: netpoll.Exclusive, Pollers: 2, Wait: netpoll.WaitNested}, "sharing", "exclusive"},
+		{"busypoll negative", netpoll.Config{Experiment: "busypoll=-1µs"}, "busypoll", "-1µs"},
+		{"busypoll past the kernel's 2^31-1us", netpoll.Config{Experiment: "busypoll=" + ((1 << 31) * time.Microsecond).String()}, "busypoll", "35m47.483648s"},
+		{"busypoll max duration", netpoll.Config{Experiment: "busypoll=" + maxDur}, "busypoll", maxDur},
+		{"inline wait with a spin budget", netpoll.Config{Experiment: "wait=inline,spin=1ms"}, "spin", "1ms"},
+		{"inline wait spinning forever", netpoll.Config{Experiment: "wait=inline,spin=forever"}, "spin", "forever"},
+		{"exclusive with nested pollers", netpoll.Config{Sharing: netpoll.Exclusive, Pollers: 2, Experiment: "wait=nested"}, "sharing", "exclusive"},
+		// A negative spin budget meant never block; that is spin=forever.
+		{"spin negative", netpoll.Config{Experiment: "spin=-1ns"}, "spin", "-1ns"},
+		{"spin min duration", netpoll.Config{Experiment: "spin=" + minDur}, "spin", minDur},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			g, err := netpoll.New(tt.cfg)
@@ -153,16 +224,18 @@ func TestNewRejectsOutOfRange(t *testing.T) {
 			checkConfigError(t, err, tt.key, tt.value)
 		})
 	}
-	// The edges of the ranges are accepted; Spin has no invalid value (< 0
-	// means never block).
+	// The edges of the ranges are accepted, and round-trip.
 	for _, cfg := range []netpoll.Config{
 		{Pollers: netpoll.MaxPollers},
-		{Spin: math.MinInt64},
-		{Spin: math.MaxInt64},
-		{Mode: netpoll.LevelTriggered, Sharing: netpoll.ReusePort, Wait: netpoll.WaitInline},
+		{Experiment: "spin=1ns"},
+		{Experiment: "spin=" + maxDur},
+		{Experiment: "spin=forever"},
+		{Experiment: "busypoll=" + (((1 << 31) - 1) * time.Microsecond).String()},
+		{Sharing: netpoll.ReusePort, Experiment: "mode=lt,wait=inline"},
 	} {
-		if _, err := netpoll.ParseConfig(cfg.String()); err != nil {
-			t.Errorf("ParseConfig(%q) of a valid Config: %v", cfg.String(), err)
+		got, err := netpoll.ParseConfig(cfg.String())
+		if err != nil || !sameConfig(got, cfg) {
+			t.Errorf("ParseConfig(%q) of a valid Config = %#v, %v; want %#v", cfg.String(), got, err, cfg)
 		}
 	}
 }
@@ -198,6 +271,12 @@ func TestParseConfigMalformed(t *testing.T) {
 		{"mode=et,colour=blue", "key", "colour"},
 		{"mode=et;pollers=2", "mode", "et;pollers=2"},
 		{"pollers=2,pollers=2", "pollers", "2"},
+		{"mode=Default", "mode", "Default"},
+		{"spin=-5ms", "spin", "-5ms"},
+		{"spin=OFF", "spin", "OFF"},
+		{"shortread=", "shortread", ""},
+		{"shortread=no", "shortread", "no"},
+		{"sharing=wake-all", "sharing", "wake-all"},
 	} {
 		_, err := netpoll.ParseConfig(tt.in)
 		t.Run(tt.in, func(t *testing.T) { checkConfigError(t, err, tt.key, tt.value) })
@@ -205,8 +284,9 @@ func TestParseConfigMalformed(t *testing.T) {
 }
 
 // TestParseConfigValueAsGiven: ConfigError.Value is documented as "the
-// offending value as given". A busypoll past the kernel's limit is caught
-// after parsing, by validate, and reported as the parsed duration instead.
+// offending value as given". A busypoll past the kernel's limit parses as
+// a duration and is refused for its range: it is reported as given, not
+// as the parsed duration prints.
 func TestParseConfigValueAsGiven(t *testing.T) {
 	for _, tt := range []struct{ in, value string }{
 		{"busypoll=1h", "1h"},

@@ -141,14 +141,15 @@ func TestControlArgs(t *testing.T) {
 // ReusePort, naming the port the first socket got for the others.
 func TestControlSharing(t *testing.T) {
 	for _, sh := range sharings {
-		t.Run("sharing="+sh.String(), func(t *testing.T) {
+		t.Run("sharing="+sh, func(t *testing.T) {
 			var r recorder
-			cfg := netpoll.Config{Sharing: sh, Pollers: 3, Control: r.control}
+			cfg := cfgOf(t, "pollers=3,sharing="+sh)
+			cfg.Control = r.control
 			g := newGroup(t, cfg)
 			l := listen(t, g, "tcp").(*netpoll.Listener)
 			port := l.Addr().(*net.TCPAddr).Port
 			want := []controlCall{{"tcp4", "127.0.0.1:0", false}}
-			if sh == netpoll.ReusePort {
+			if sh == "reuseport" {
 				for range 2 {
 					want = append(want, controlCall{"tcp4", fmt.Sprintf("127.0.0.1:%d", port), false})
 				}
@@ -317,8 +318,8 @@ func TestListenErrorClosesSocket(t *testing.T) {
 	}
 	defer busy.Close()
 	for _, sh := range sharings {
-		t.Run("sharing="+sh.String(), func(t *testing.T) {
-			g := newGroup(t, netpoll.Config{Sharing: sh, Pollers: 2})
+		t.Run("sharing="+sh, func(t *testing.T) {
+			g := newGroup(t, cfgOf(t, "pollers=2,sharing="+sh))
 			fds := countFDs(t)
 			l, err := g.Listen(context.Background(), "tcp", busy.Addr().String())
 			if err == nil {
@@ -348,13 +349,15 @@ func TestControlShortRead(t *testing.T) {
 		c.Control(func(fd uintptr) { err = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVLOWAT, lowat) })
 		return err
 	}
-	for _, sh := range []netpoll.Sharing{netpoll.Single, netpoll.Exclusive, netpoll.ReusePort} {
+	for _, sh := range []string{"single", "exclusive", "reuseport"} {
 		for _, mode := range modes {
 			t.Run(fmt.Sprintf("sharing=%s/mode=%s", sh, mode), func(t *testing.T) {
-				cfg := netpoll.Config{Mode: mode, Sharing: sh, ShortRead: netpoll.ShortReadOn, Control: hook}
-				if sh != netpoll.Single {
-					cfg.Pollers = 2
+				pollers := "pollers=2"
+				if sh == "single" {
+					pollers = ""
 				}
+				cfg := cfgOf(t, join(pollers, "sharing="+sh, "mode="+mode, "shortread=on"))
+				cfg.Control = hook
 				g := newGroup(t, cfg)
 				done, expired := watchdog(t, time.Minute)
 				defer done()
@@ -382,7 +385,7 @@ func TestControlShortRead(t *testing.T) {
 				checkLowat(t, "dialed", dialed, lowat)
 				shortReadBelowMark(t, g, mode, npeer, dialed, expired)
 
-				if s := g.Stats().Total.ShortSkips; s != 0 {
+				if s := netpoll.Counters(g).Total.ShortSkips; s != 0 {
 					t.Errorf("ShortSkips = %d, want 0", s)
 				}
 				for name, c := range map[string]net.Conn{"accepted": server, "dialed": dialed} {

@@ -41,8 +41,8 @@ func wantCtlError(t *testing.T, what string, err error, op string, errno syscall
 
 // dropOutFault fails, once, the first EPOLL_CTL_MOD on fd that arms no
 // EPOLLOUT after an ADD or MOD armed EPOLLOUT with EPOLLIN: with a reader
-// parked, that is the poller's re-arm after the writer's event (OneShot)
-// or its drop of EPOLLOUT (LevelTriggered).
+// parked, that is the poller's re-arm after the writer's event (mode=oneshot)
+// or its drop of EPOLLOUT (mode=lt).
 type dropOutFault struct {
 	fd    int
 	errno syscall.Errno
@@ -92,7 +92,7 @@ func parkedReader(t *testing.T, g *netpoll.Group, c net.Conn, base uint64, expir
 		_, err := c.Read(make([]byte, 1))
 		res <- err
 	}()
-	if !await(expired, func() bool { return g.Stats().Total.ReadParks > base }) {
+	if !await(expired, func() bool { return netpoll.Counters(g).Total.ReadParks > base }) {
 		t.Fatalf("the Read never parked (read state %s)", netpoll.ReadState(c))
 	}
 	return res
@@ -100,21 +100,21 @@ func parkedReader(t *testing.T, g *netpoll.Group, c net.Conn, base uint64, expir
 
 // TestCtlRearmFails parks a Read, then a Write on the same connection, and
 // drains the peer: the poller re-arms the still parked reader after the
-// writer's events (OneShot) or drops EPOLLOUT once the writer is done
-// (LevelTriggered), and that EPOLL_CTL_MOD fails. The Read must end with
+// writer's events (mode=oneshot) or drops EPOLLOUT once the writer is done
+// (mode=lt), and that EPOLL_CTL_MOD fails. The Read must end with
 // the epoll_ctl error, and so must Close; the Write ends with it or
-// completes. With the error dropped, the OneShot fd stayed disarmed and the
-// Read parked for good; under LevelTriggered the MOD ran again at the next
+// completes. With the error dropped, the mode=oneshot fd stayed disarmed and the
+// Read parked for good; under mode=lt the MOD ran again at the next
 // EPOLLOUT, and the Read, with no data coming, waited for good too, where
 // it must learn that its registration was in doubt.
 func TestCtlRearmFails(t *testing.T) {
-	for _, mode := range []netpoll.Mode{netpoll.OneShot, netpoll.LevelTriggered} {
-		for _, wait := range []netpoll.Wait{netpoll.WaitNested, netpoll.WaitInline, netpoll.WaitBlock} {
-			t.Run("mode="+mode.String()+"/wait="+wait.String(), func(t *testing.T) {
+	for _, mode := range []string{"oneshot", "lt"} {
+		for _, wait := range []string{"nested", "inline", "block"} {
+			t.Run("mode="+mode+"/wait="+wait, func(t *testing.T) {
 				done, expired := watchdog(t, time.Minute)
 				defer done()
 				goroutines, fds := leakBaseline(t)
-				g, err := netpoll.New(netpoll.Config{Mode: mode, Wait: wait})
+				g, err := netpoll.New(cfgOf(t, "mode="+mode+",wait="+wait))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -128,7 +128,7 @@ func TestCtlRearmFails(t *testing.T) {
 
 				f := newDropOutFault(netpoll.FD(server), syscall.ENOENT)
 				defer netpoll.SetCtlFault(f.fault)()
-				readRes := parkedReader(t, g, server, g.Stats().Total.ReadParks, expired)
+				readRes := parkedReader(t, g, server, netpoll.Counters(g).Total.ReadParks, expired)
 
 				// The writer parks on a full socket before the peer drains it,
 				// so that it arms EPOLLOUT.
@@ -172,15 +172,15 @@ func TestCtlRearmFails(t *testing.T) {
 	}
 }
 
-// TestCtlReaddFails parks a Read, then a Write, on a LevelTriggered
+// TestCtlReaddFails parks a Read, then a Write, on a mode=lt
 // connection of a nested poller, which arms the writer with EPOLL_CTL_DEL
 // and ADD; the ADD fails. The Write returned that error before; the Read,
 // whose registration the DEL had taken, parked for good. Both must end
 // with it.
 func TestCtlReaddFails(t *testing.T) {
 	for _, wait := range nestedWaits {
-		t.Run("wait="+wait.String(), func(t *testing.T) {
-			g := newGroup(t, netpoll.Config{Mode: netpoll.LevelTriggered, Wait: wait})
+		t.Run("wait="+wait, func(t *testing.T) {
+			g := newGroup(t, cfgOf(t, "mode=lt,wait="+wait))
 			l := listen(t, g, "tcp")
 			_, server := netClient(t, l)
 			done, expired := watchdog(t, time.Minute)
@@ -194,7 +194,7 @@ func TestCtlReaddFails(t *testing.T) {
 				}
 				return 0
 			})()
-			readRes := parkedReader(t, g, server, g.Stats().Total.ReadParks, expired)
+			readRes := parkedReader(t, g, server, netpoll.Counters(g).Total.ReadParks, expired)
 			if err := server.(*netpoll.Conn).SetWriteBuffer(16 << 10); err != nil {
 				t.Fatal(err)
 			}
@@ -389,9 +389,9 @@ func checkLeaks(t *testing.T, goroutines, fds int) {
 // the poller drops as stale, with the fd number reused by a new
 // connection, which is served.
 func TestCtlUnregisterFails(t *testing.T) {
-	// SpinFixed: no SpinAuto measurement opens pipes meanwhile, so the
+	// spin=off: no adaptive spinning measurement opens pipes meanwhile, so the
 	// next socket takes the closed fd number.
-	g := newGroup(t, netpoll.Config{SpinPolicy: netpoll.SpinFixed})
+	g := newGroup(t, netpoll.Config{DisableSpin: true})
 	l := listen(t, g, "tcp")
 	client, server := netClient(t, l)
 	peer, err := net.Listen("tcp", "127.0.0.1:0")
@@ -434,11 +434,11 @@ func TestCtlUnregisterFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p2.Close()
-	stale := g.Stats().Total.StaleEvents
+	stale := netpoll.Counters(g).Total.StaleEvents
 	if _, err := client.Write([]byte("to the closed connection")); err != nil {
 		t.Fatal(err)
 	}
-	if !await(expired, func() bool { return g.Stats().Total.StaleEvents > stale }) {
+	if !await(expired, func() bool { return netpoll.Counters(g).Total.StaleEvents > stale }) {
 		t.Fatal("no stale event for the registration the dup kept")
 	}
 	msg := []byte("to the new connection")
@@ -451,14 +451,14 @@ func TestCtlUnregisterFails(t *testing.T) {
 	}
 }
 
-// TestCtlServeRearmFails fails the OneShot re-arm of a connection served on
+// TestCtlServeRearmFails fails the mode=oneshot re-arm of a connection served on
 // demand while it is idle (no goroutine) and its handler's background
 // Write is parked: the writer's event comes, and re-arming the idle reader
 // fails. The handler must be called and its Read return the epoll_ctl
 // error, which closes the connection. With the error dropped the fd stayed
 // disarmed and the connection idle for good.
 func TestCtlServeRearmFails(t *testing.T) {
-	g := newGroup(t, netpoll.Config{Mode: netpoll.OneShot})
+	g := newGroup(t, cfgOf(t, "mode=oneshot"))
 	l := listen(t, g, "tcp")
 	done, expired := watchdog(t, time.Minute)
 	defer done()

@@ -13,27 +13,27 @@ import (
 )
 
 // TestModeCounters shows what each mode costs in epoll_ctl: N reads that
-// each park make 0 EPOLL_CTL_MOD calls in EdgeTriggered and LevelTriggered
-// mode, and exactly N in OneShot.
+// each park make 0 EPOLL_CTL_MOD calls with mode=et and mode=lt,
+// and exactly N with mode=oneshot.
 func TestModeCounters(t *testing.T) {
 	const n = 200
 	for _, tt := range []struct {
-		mode    netpoll.Mode
+		mode    string
 		wantMod uint64
 	}{
-		{netpoll.EdgeTriggered, 0},
-		{netpoll.OneShot, n},
-		{netpoll.LevelTriggered, 0},
+		{"et", 0},
+		{"oneshot", n},
+		{"lt", 0},
 	} {
-		t.Run("mode="+tt.mode.String(), func(t *testing.T) {
-			g := newGroup(t, netpoll.Config{Mode: tt.mode})
+		t.Run("mode="+tt.mode, func(t *testing.T) {
+			g := newGroup(t, cfgOf(t, "mode="+tt.mode))
 			// The client is a package net conn, so the group's counters
 			// hold only the listener and the server side.
 			client, server := stdPipe(t, listen(t, g, "tcp"))
 			done, expired := watchdog(t, time.Minute)
 			defer done()
 
-			before := g.Stats().Total
+			before := netpoll.Counters(g).Total
 			errc := make(chan error, 1)
 			go func() {
 				buf := make([]byte, 1)
@@ -58,7 +58,7 @@ func TestModeCounters(t *testing.T) {
 			if err := <-errc; err != nil {
 				t.Fatal(err)
 			}
-			after := g.Stats().Total
+			after := netpoll.Counters(g).Total
 			if parks := after.ReadParks - before.ReadParks; parks != n {
 				t.Errorf("read parks = %d, want %d", parks, n)
 			}
@@ -75,10 +75,10 @@ func TestModeCounters(t *testing.T) {
 // TestEarlyEdge delivers the readiness event between the reader's EAGAIN and
 // its park. The edge must be kept as a ready token: the reader retries at
 // once and returns the data without parking. The poller's goroutine
-// delivers it (WaitNested): under WaitInline nobody polls while nobody
+// delivers it (wait=nested): under wait=inline nobody polls while nobody
 // waits, and the edge stays in epoll's ready list for the park's own poll.
 func TestEarlyEdge(t *testing.T) {
-	g := newGroup(t, netpoll.Config{Mode: netpoll.EdgeTriggered, Wait: netpoll.WaitNested})
+	g := newGroup(t, cfgOf(t, "mode=et,wait=nested"))
 	client, server := pipe(t, g, listen(t, g, "tcp"))
 	done, expired := watchdog(t, time.Minute)
 	defer done()
@@ -100,14 +100,14 @@ func TestEarlyEdge(t *testing.T) {
 			t.Error("poller never delivered the edge")
 		}
 	})
-	before := g.Stats().Total
+	before := netpoll.Counters(g).Total
 	buf := make([]byte, 16)
 	n, err := server.Read(buf)
 	restore()
 	if err != nil || string(buf[:n]) != "edge" {
 		t.Fatalf("Read = %q, %v; want \"edge\"", buf[:n], err)
 	}
-	after := g.Stats().Total
+	after := netpoll.Counters(g).Total
 	if fired != 1 {
 		t.Fatalf("hook fired %d times, want 1", fired)
 	}
@@ -160,11 +160,11 @@ func TestStaleGeneration(t *testing.T) {
 	if !netpoll.AwaitReadState(c, "waiting", expired) {
 		t.Fatal("reader never parked")
 	}
-	staleBefore := g.Stats().Total.StaleEvents
+	staleBefore := netpoll.Counters(g).Total.StaleEvents
 	if woke := netpoll.InjectReadEvent(c, oldFD, oldGen); woke != 0 {
 		t.Fatalf("stale event woke %d waiters", woke)
 	}
-	if got := g.Stats().Total.StaleEvents - staleBefore; got != 1 {
+	if got := netpoll.Counters(g).Total.StaleEvents - staleBefore; got != 1 {
 		t.Errorf("stale events counted = %d, want 1", got)
 	}
 	if s := netpoll.ReadState(c); s != "waiting" {
@@ -189,8 +189,8 @@ func TestStaleGeneration(t *testing.T) {
 // timeout.
 func TestDeadlineReleasesBlockedRead(t *testing.T) {
 	for _, mode := range modes {
-		t.Run("mode="+mode.String(), func(t *testing.T) {
-			g := newGroup(t, netpoll.Config{Mode: mode})
+		t.Run("mode="+mode, func(t *testing.T) {
+			g := newGroup(t, cfgOf(t, "mode="+mode))
 			_, server := pipe(t, g, listen(t, g, "tcp"))
 			done, expired := watchdog(t, time.Minute)
 			defer done()
@@ -233,8 +233,8 @@ func checkTimeout(t *testing.T, err error) {
 // returns an error wrapping net.ErrClosed.
 func TestCloseReleasesBlocked(t *testing.T) {
 	for _, mode := range modes {
-		t.Run("mode="+mode.String(), func(t *testing.T) {
-			g := newGroup(t, netpoll.Config{Mode: mode})
+		t.Run("mode="+mode, func(t *testing.T) {
+			g := newGroup(t, cfgOf(t, "mode="+mode))
 			l := listen(t, g, "tcp")
 			reader, _ := pipe(t, g, l)
 			writer, _ := pipe(t, g, l)
@@ -282,20 +282,20 @@ func checkClosed(t *testing.T, what string, err error) {
 
 // awaitParks yields until the group has counted want read parks in total.
 func awaitParks(g *netpoll.Group, want uint64, stop <-chan struct{}) bool {
-	return await(stop, func() bool { return g.Stats().Total.ReadParks >= want })
+	return await(stop, func() bool { return netpoll.Counters(g).Total.ReadParks >= want })
 }
 
-// TestLevelTriggeredIdleReader: in LevelTriggered mode a conn with unread
+// TestLevelTriggeredIdleReader: with mode=lt a conn with unread
 // data and no reader reports readable on every epoll_wait. The poller must
-// not spin on it: a thread poller (WaitBlock) disarms the reader and
+// not spin on it: a thread poller (wait=block) disarms the reader and
 // sleeps; a nested poller sleeps at once, because the runtime's
 // edge-triggered registration of our epoll fd does not fire again for a
 // level event still pending. Either way the data is still read, and a
 // later park re-arms (one EPOLL_CTL_MOD per disarm) and is woken.
 func TestLevelTriggeredIdleReader(t *testing.T) {
-	for _, wait := range []netpoll.Wait{netpoll.WaitBlock, netpoll.WaitNested} {
-		t.Run("wait="+wait.String(), func(t *testing.T) {
-			g := newGroup(t, netpoll.Config{Mode: netpoll.LevelTriggered, Wait: wait})
+	for _, wait := range []string{"block", "nested"} {
+		t.Run("wait="+wait, func(t *testing.T) {
+			g := newGroup(t, cfgOf(t, "mode=lt,wait="+wait))
 			client, server := stdPipe(t, listen(t, g, "tcp"))
 			done, expired := watchdog(t, time.Minute)
 			defer done()
@@ -304,21 +304,21 @@ func TestLevelTriggeredIdleReader(t *testing.T) {
 			}
 			// Nobody reads: the poller ends up asleep.
 			wantDisarms := uint64(0)
-			if wait == netpoll.WaitBlock {
+			if wait == "block" {
 				wantDisarms = 1
 			}
 			asleep := func() bool {
-				s := g.Stats().Total
+				s := netpoll.Counters(g).Total
 				return s.LevelDisarms >= wantDisarms && s.BlockingWaits == s.Wakeups+1 && s.Events > 0
 			}
 			if !await(expired, asleep) {
-				t.Fatalf("poller never went to sleep on the idle reader: %+v", g.Stats().Total)
+				t.Fatalf("poller never went to sleep on the idle reader: %+v", netpoll.Counters(g).Total)
 			}
 			buf := make([]byte, 16)
 			if n, err := server.Read(buf); err != nil || string(buf[:n]) != "unread" {
 				t.Fatalf("Read = %q, %v", buf[:n], err)
 			}
-			before := g.Stats().Total
+			before := netpoll.Counters(g).Total
 			errc := make(chan error, 1)
 			go func() {
 				n, err := server.Read(buf)
@@ -341,7 +341,7 @@ func TestLevelTriggeredIdleReader(t *testing.T) {
 			case <-expired:
 				t.Fatal("reader never woke")
 			}
-			if mods := g.Stats().Total.CtlMod - before.CtlMod; mods != before.LevelDisarms {
+			if mods := netpoll.Counters(g).Total.CtlMod - before.CtlMod; mods != before.LevelDisarms {
 				t.Errorf("EPOLL_CTL_MOD calls to re-arm = %d after %d disarms, want one each", mods, before.LevelDisarms)
 			}
 		})

@@ -104,12 +104,12 @@ func TestDialContext(t *testing.T) {
 	}
 
 	ctx, cancel = context.WithCancel(context.Background())
-	parks := g.Stats().Total.WriteParks
+	parks := netpoll.Counters(g).Total.WriteParks
 	errc := make(chan error, 1)
 	go func() { _, err := g.Dial(ctx, "tcp", addr); errc <- err }()
 	done, expired := watchdog(t, time.Minute)
 	defer done()
-	if !await(expired, func() bool { return g.Stats().Total.WriteParks > parks }) {
+	if !await(expired, func() bool { return netpoll.Counters(g).Total.WriteParks > parks }) {
 		t.Fatal("connect never parked")
 	}
 	cancel()

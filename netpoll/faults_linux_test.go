@@ -292,15 +292,14 @@ func TestFaultCloseWhileBlocked(t *testing.T) {
 	for _, sh := range sharings {
 		for _, mode := range modes {
 			for _, wait := range nestedWaits {
-				cfg := netpoll.Config{Mode: mode, Pollers: 2, Sharing: sh, Wait: wait}
-				if sh == netpoll.Exclusive {
-					if wait == netpoll.WaitInline {
+				if sh == "exclusive" {
+					if wait == "inline" {
 						continue // New refuses exclusive with a nested wait
 					}
-					cfg.Wait = netpoll.WaitBlock
+					wait = "block"
 				}
-				t.Run(fmt.Sprintf("sharing=%s/mode=%s/wait=%s", sh, mode, cfg.Wait), func(t *testing.T) {
-					g := newGroup(t, cfg)
+				t.Run(fmt.Sprintf("sharing=%s/mode=%s/wait=%s", sh, mode, wait), func(t *testing.T) {
+					g := newGroup(t, cfgOf(t, "mode="+mode+",pollers=2,sharing="+sh+",wait="+wait))
 					l := listen(t, g, "tcp")
 					by := newBystander(t, g, l)
 					reader, _ := pipe(t, g, l)
@@ -348,8 +347,8 @@ func TestFaultCloseWhileBlocked(t *testing.T) {
 // fd or goroutine is left behind.
 func TestFaultDialRefused(t *testing.T) {
 	for _, mode := range modes {
-		t.Run("mode="+mode.String(), func(t *testing.T) {
-			g := newGroup(t, netpoll.Config{Mode: mode, Pollers: 2})
+		t.Run("mode="+mode, func(t *testing.T) {
+			g := newGroup(t, cfgOf(t, "mode="+mode+",pollers=2"))
 			by := newBystander(t, g, listen(t, g, "tcp"))
 			pl, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
@@ -447,9 +446,9 @@ func TestFaultUnixPathRemoved(t *testing.T) {
 // thousand dials under -race). Every dial must fail with ECONNREFUSED.
 func TestRearmAfterCloseFDReuse(t *testing.T) {
 	const dials = 3000
-	for _, mode := range []netpoll.Mode{netpoll.OneShot, netpoll.LevelTriggered} {
-		t.Run("mode="+mode.String(), func(t *testing.T) {
-			g := newGroup(t, netpoll.Config{Mode: mode, Pollers: 2})
+	for _, mode := range []string{"oneshot", "lt"} {
+		t.Run("mode="+mode, func(t *testing.T) {
+			g := newGroup(t, cfgOf(t, "mode="+mode+",pollers=2"))
 			pl, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)
@@ -462,7 +461,7 @@ func TestRearmAfterCloseFDReuse(t *testing.T) {
 				_, err := g.Dial(ctx, "tcp", closed)
 				cancel()
 				if !errors.Is(err, syscall.ECONNREFUSED) {
-					t.Fatalf("dial %d: %v, want ECONNREFUSED (stats %+v)", i, err, g.Stats().Total)
+					t.Fatalf("dial %d: %v, want ECONNREFUSED (stats %+v)", i, err, netpoll.Counters(g).Total)
 				}
 			}
 		})
@@ -482,14 +481,14 @@ func TestFaultAcceptOutOfFDs(t *testing.T) {
 	}
 	var cases []tc
 	for _, mode := range modes {
-		for _, wait := range []netpoll.Wait{netpoll.WaitNested, netpoll.WaitBlock} {
-			cases = append(cases, tc{fmt.Sprintf("mode=%s/wait=%s", mode, wait), netpoll.Config{Mode: mode, Wait: wait}})
+		for _, wait := range []string{"nested", "block"} {
+			cases = append(cases, tc{fmt.Sprintf("mode=%s/wait=%s", mode, wait), cfgOf(t, "mode="+mode+",wait="+wait)})
 		}
 	}
 	cases = append(cases,
-		tc{"sharing=exclusive/pollers=2", netpoll.Config{Pollers: 2, Sharing: netpoll.Exclusive, Wait: netpoll.WaitBlock}},
-		tc{"sharing=wakeall/pollers=2", netpoll.Config{Pollers: 2, Sharing: netpoll.WakeAll}},
-		tc{"sharing=reuseport/pollers=2", netpoll.Config{Pollers: 2, Sharing: netpoll.ReusePort, Mode: netpoll.LevelTriggered}})
+		tc{"sharing=exclusive/pollers=2", cfgOf(t, "pollers=2,sharing=exclusive,wait=block")},
+		tc{"sharing=wakeall/pollers=2", cfgOf(t, "pollers=2,sharing=wakeall")},
+		tc{"sharing=reuseport/pollers=2", cfgOf(t, "pollers=2,sharing=reuseport,mode=lt")})
 	for _, tt := range cases {
 		t.Run(tt.name, func(t *testing.T) {
 			g := newGroup(t, tt.cfg)
@@ -528,7 +527,7 @@ func TestFaultAcceptOutOfFDs(t *testing.T) {
 			free := exhaustFDs(t, socks[0], 0)
 			defer free()
 
-			before := g.Stats().Total
+			before := netpoll.Counters(g).Total
 			for _, fd := range socks {
 				if err := unix.Connect(fd, sa); err != nil { // the kernel completes it into the backlog
 					free()
@@ -537,7 +536,7 @@ func TestFaultAcceptOutOfFDs(t *testing.T) {
 			}
 			awaitBackoffs := func(want uint64) netpoll.PollerStats {
 				for {
-					s := g.Stats().Total
+					s := netpoll.Counters(g).Total
 					if s.AcceptBackoffs >= want {
 						return s
 					}
@@ -583,7 +582,7 @@ func TestFaultAcceptOutOfFDs(t *testing.T) {
 				}
 				c.Close()
 			}
-			after := g.Stats().Total
+			after := netpoll.Counters(g).Total
 			if got := after.Accepts - before.Accepts; got != pending {
 				t.Errorf("Stats: %d accepts after recovery, want %d", got, pending)
 			}
@@ -595,8 +594,8 @@ func TestFaultAcceptOutOfFDs(t *testing.T) {
 
 // TestNewOutOfFDs: New run out of fds returns an error wrapping EMFILE,
 // whether it fails at its first poller or midway (free fds for two of
-// three pollers), and leaves no goroutine, fd or SpinAuto refresher
-// behind; with fds back, New works again. The default config (SpinAuto)
+// three pollers), and leaves no goroutine, fd or adaptive spinning refresher
+// behind; with fds back, New works again. The default config (adaptive spinning)
 // opens two pipes to measure the wakeup cost before its first poller.
 func TestNewOutOfFDs(t *testing.T) {
 	warm, err := netpoll.New(netpoll.Config{}) // the runtime's poller and W, initialised
@@ -611,8 +610,8 @@ func TestNewOutOfFDs(t *testing.T) {
 	}{
 		{"auto/first", netpoll.Config{}, 0},
 		{"auto/midway", netpoll.Config{Pollers: 3}, 5},
-		{"fixed/first", netpoll.Config{SpinPolicy: netpoll.SpinFixed}, 0},
-		{"fixed/midway", netpoll.Config{Pollers: 3, SpinPolicy: netpoll.SpinFixed}, 4},
+		{"fixed/first", netpoll.Config{DisableSpin: true}, 0},
+		{"fixed/midway", netpoll.Config{Pollers: 3, DisableSpin: true}, 4},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			goroutines, fds := runtime.NumGoroutine(), countFDs(t)
@@ -696,8 +695,8 @@ func TestFaultDeadlineStorm(t *testing.T) {
 		moves = 4000
 	}
 	for _, mode := range modes {
-		t.Run("mode="+mode.String(), func(t *testing.T) {
-			g := newGroup(t, netpoll.Config{Mode: mode})
+		t.Run("mode="+mode, func(t *testing.T) {
+			g := newGroup(t, cfgOf(t, "mode="+mode))
 			l := listen(t, g, "tcp")
 			by := newBystander(t, g, l)
 			done, expired := watchdog(t, 2*time.Minute)
@@ -713,12 +712,12 @@ func TestFaultDeadlineStorm(t *testing.T) {
 			// many times the readers parked meanwhile (each move that finds
 			// a reader parked wakes it, and it parks again).
 			storm := func(least int, stop <-chan struct{}) (n int, rate float64, parks uint64) {
-				start, before := time.Now(), g.Stats().Total.ReadParks
+				start, before := time.Now(), netpoll.Counters(g).Total.ReadParks
 				for i := 0; ; i++ {
 					if i >= least {
 						select {
 						case <-stop:
-							return i * readers, float64(i*readers) / time.Since(start).Seconds(), g.Stats().Total.ReadParks - before
+							return i * readers, float64(i*readers) / time.Since(start).Seconds(), netpoll.Counters(g).Total.ReadParks - before
 						default:
 						}
 					}
@@ -866,8 +865,8 @@ func TestFaultSlowReader(t *testing.T) {
 	const size = 4 << 20
 	payload := randomBytes(size, 2)
 	for _, mode := range modes {
-		t.Run("mode="+mode.String(), func(t *testing.T) {
-			g := newGroup(t, netpoll.Config{Mode: mode})
+		t.Run("mode="+mode, func(t *testing.T) {
+			g := newGroup(t, cfgOf(t, "mode="+mode))
 			l := listen(t, g, "tcp")
 			by := newBystander(t, g, l)
 			reader, writer := stdPipe(t, l) // the slow reader is package net's, so the group counts only the writer
@@ -879,7 +878,7 @@ func TestFaultSlowReader(t *testing.T) {
 			if err := reader.(*net.TCPConn).SetReadBuffer(32 << 10); err != nil {
 				t.Fatal(err)
 			}
-			before := g.Stats().Total
+			before := netpoll.Counters(g).Total
 			res := make(chan ioResult, 1)
 			var written atomic.Bool
 			go func() {
@@ -912,7 +911,7 @@ func TestFaultSlowReader(t *testing.T) {
 			if r := awaitResult(t, res, expired, "Write"); r.err != nil || r.n != size {
 				t.Fatalf("Write = %d, %v; want %d, nil", r.n, r.err, size)
 			}
-			after := g.Stats().Total
+			after := netpoll.Counters(g).Total
 			parks := after.WriteParks - before.WriteParks
 			if parks == 0 {
 				t.Fatalf("no write parked for EPOLLOUT (stats %+v)", after)

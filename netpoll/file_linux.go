@@ -64,7 +64,7 @@ func (g *Group) fileListener(f *os.File) (*Listener, error) {
 		unix.Close(fd)
 		return nil, err
 	}
-	sharing := g.cfg.Sharing
+	sharing := g.set.sharing
 	if sharing == ReusePort {
 		sharing = Single
 	}

@@ -86,7 +86,7 @@ func TestFileListener(t *testing.T) {
 		for _, via := range []string{"net", "raw"} {
 			for _, sh := range sharings {
 				t.Run(fmt.Sprintf("%s/%s/sharing=%s", network, via, sh), func(t *testing.T) {
-					g := newGroup(t, netpoll.Config{Sharing: sh, Pollers: 2})
+					g := newGroup(t, cfgOf(t, "pollers=2,sharing="+sh))
 					fds := countFDs(t)
 					f, addr := listeningFile(t, network, via)
 					l, err := g.FileListener(f)
@@ -99,7 +99,7 @@ func TestFileListener(t *testing.T) {
 					}
 					regs := netpoll.ListenerFDs(l)
 					wantRegs := 1
-					if sh == netpoll.Exclusive || sh == netpoll.WakeAll {
+					if sh == "exclusive" || sh == "wakeall" {
 						wantRegs = 2
 					}
 					if len(regs) != wantRegs || len(slices.Compact(slices.Clone(regs))) != 1 {

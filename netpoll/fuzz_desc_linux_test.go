@@ -50,7 +50,7 @@ import (
 //     something still pending ('u', announced by a sticky event before or
 //     during it, as the kernel does) always makes its syscall.
 //
-// Only EdgeTriggered is modelled: armForPark does nothing there, so the desc
+// Only edgeTriggered is modelled: armForPark does nothing there, so the desc
 // needs no epoll instance (the other modes' arming runs on real sockets in
 // TestModeCounters and TestPingPongStress).
 //
@@ -96,7 +96,7 @@ type descMachine struct {
 	stick       func(*desc, uint32)
 	transfer    func(d *desc, dr *dir, size int, op func() (int, error)) (int, error)
 	skip        bool // the desc skips after short transfers
-	// inline runs the desc on a real poller with WaitInline, so that a park
+	// inline runs the desc on a real poller with wait=inline, so that a park
 	// waits on the epoll fd itself (inline_linux.go) and the driver's
 	// events, deadlines and closes reach it as another goroutine's would:
 	// a token, then a kick through the epoll instance.
@@ -191,12 +191,16 @@ type descModel struct {
 
 func newDescModel(m descMachine, timeout time.Duration) (*descModel, error) {
 	d := newDesc(modelFD, kindConn)
-	d.p = &poller{epfd: -1} // EdgeTriggered never arms; unregister's EPOLL_CTL_DEL goes to modelCtl
+	d.p = &poller{epfd: -1} // edgeTriggered never arms; unregister's EPOLL_CTL_DEL goes to modelCtl
 	if m.inline {
 		// A real poller, started, with nothing registered: the desc is
 		// not in epoll (its fd is not real), so only kicks reach the
 		// holder, and unregister's EPOLL_CTL_DEL goes to modelCtl.
-		p, err := newPoller(0, Config{Wait: WaitInline})
+		set, err := Config{Experiment: "wait=inline"}.settings()
+		if err != nil {
+			return nil, err
+		}
+		p, err := newPoller(0, set)
 		if err != nil {
 			return nil, err
 		}
@@ -206,7 +210,7 @@ func newDescModel(m descMachine, timeout time.Duration) (*descModel, error) {
 		}
 		d.p = p
 	}
-	d.mode = EdgeTriggered
+	d.mode = edgeTriggered
 	d.kind = kindShared // destroy closes no fd; nothing reads the kind otherwise, since the desc is never registered
 	d.skip = m.skip
 	return &descModel{m: m, d: d, timeout: timeout, dr: &d.rd,
@@ -227,7 +231,7 @@ func runDescModel(m descMachine, script string, timeout time.Duration) (err erro
 				md.d.p.stop() // a failed run may have left its operation inside the poller
 				return
 			}
-			// The poller is left running, but its SpinAuto share of the
+			// The poller is left running, but its share of the
 			// wakeup measurement is given back: while any is held, a
 			// goroutine measures W each second through two pipes, and
 			// later tests counting their fds (TestSoak) would see them.

@@ -18,7 +18,7 @@ import (
 func TestDescModelCatchesBrokenMachines(t *testing.T) {
 	seeds := descSeeds(t)
 	// A mutant's failed run leaves its inline poller running; it must
-	// still give back its share of SpinAuto's wakeup measurement, whose
+	// still give back its share of adaptive spinning's wakeup measurement, whose
 	// refresher would otherwise open pipes each second for the rest of
 	// the process (TestSoak counted them as leaked fds).
 	wakeMeter.mu.Lock()
@@ -28,7 +28,7 @@ func TestDescModelCatchesBrokenMachines(t *testing.T) {
 		wakeMeter.mu.Lock()
 		defer wakeMeter.mu.Unlock()
 		if wakeMeter.users != users {
-			t.Errorf("%d SpinAuto users of the wakeup measurement after the mutants ran, %d before", wakeMeter.users, users)
+			t.Errorf("%d adaptive-spinning users of the wakeup measurement after the mutants ran, %d before", wakeMeter.users, users)
 		}
 	}()
 	// closeWaking is desc.close with wake in place of its nudges.
@@ -100,7 +100,7 @@ func TestDescModelCatchesBrokenMachines(t *testing.T) {
 		{name: "a full read leaves the skip armed", transfer: brokenIO(keepDrained)},
 		{name: "the poller drops sticky bits", stick: func(*desc, uint32) {}},
 
-		// WaitInline: a token for an operation waiting on the epoll fd
+		// wait=inline: a token for an operation waiting on the epoll fd
 		// itself reaches it only with a kick through the epoll instance.
 		{name: "inline: an edge's token comes without a kick", inline: true, notify: func(d *desc, dr *dir) bool {
 			if dr.state.Swap(stReady) != stWaiting {

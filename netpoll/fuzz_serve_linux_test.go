@@ -43,7 +43,7 @@ import (
 //   - The idle timeout closes only a connection whose wait is over, and
 //     leaves no timer running once the connection is closed.
 //
-// Only EdgeTriggered is modelled (armForPark does nothing there, so the
+// Only edgeTriggered is modelled (armForPark does nothing there, so the
 // desc needs no epoll instance); the other modes run on real sockets in
 // TestServeHandOffWindows and TestServeIdleEvents.
 // TestServeModelCatchesBrokenMachines shows the seeds catch a hand-off
@@ -147,8 +147,8 @@ type serveModel struct {
 func newServeModel(m serveMachine, timeout time.Duration) *serveModel {
 	md := &serveModel{m: m, timeout: timeout, hooks: make(chan string, 2), leave: make(chan struct{}), closeErrs: make(chan error, 4)}
 	d := newDesc(modelFD, kindConn)
-	d.p = &poller{epfd: -1} // EdgeTriggered never arms; unregister's EPOLL_CTL_DEL goes to modelCtl
-	d.mode = EdgeTriggered
+	d.p = &poller{epfd: -1} // edgeTriggered never arms; unregister's EPOLL_CTL_DEL goes to modelCtl
+	d.mode = edgeTriggered
 	d.kind = kindShared // destroy closes no fd; nothing reads the kind otherwise, since the desc is never registered
 	d.skip = m.skip
 	md.d = d

@@ -8,24 +8,62 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/edgepoll/edgepoll/netpoll"
 )
 
-var modes = []netpoll.Mode{netpoll.EdgeTriggered, netpoll.OneShot, netpoll.LevelTriggered}
+// The lab's axes are reached through Config.Experiment, in the NETPOLL
+// syntax (ParseConfig): the tests spell them as that syntax does, so that a
+// subtest's name ("mode=et/wait=nested") is the setting it runs.
+
+// modes are the registration modes: edge-triggered, one-shot and
+// level-triggered.
+var modes = []string{"et", "oneshot", "lt"}
 
 // nestedWaits are the waits on the runtime's netpoller: the default's and
-// WaitInline, where the parking operation waits on the epoll fd itself.
-var nestedWaits = []netpoll.Wait{netpoll.WaitNested, netpoll.WaitInline}
+// wait=inline, where the parking operation waits on the epoll fd itself.
+var nestedWaits = []string{"nested", "inline"}
+
+// cfgOf parses s, in the NETPOLL syntax, into a Config, and fails the test
+// if it does not parse: a test's configuration is never silently the
+// default.
+func cfgOf(t testing.TB, s string) netpoll.Config {
+	t.Helper()
+	c, err := netpoll.ParseConfig(s)
+	if err != nil {
+		t.Fatalf("ParseConfig(%q): %v", s, err)
+	}
+	return c
+}
+
+// inExperiment reports whether setting, such as "mode=oneshot", is one of
+// cfg's experiment settings: what a test asks of a Config that ParseConfig
+// (cfgOf) made, whose Experiment holds each key once, canonical.
+func inExperiment(cfg netpoll.Config, setting string) bool {
+	return slices.Contains(strings.Split(cfg.Experiment, ","), setting)
+}
+
+// join joins NETPOLL settings with commas, leaving out empty ones.
+func join(settings ...string) string {
+	var b []string
+	for _, s := range settings {
+		if s != "" {
+			b = append(b, s)
+		}
+	}
+	return strings.Join(b, ",")
+}
 
 // newGroup starts a group and closes it when the test ends.
 func newGroup(t testing.TB, cfg netpoll.Config) *netpoll.Group {
 	t.Helper()
 	g, err := netpoll.New(cfg)
 	if err != nil {
-		t.Fatalf("New(%+v): %v", cfg, err)
+		t.Fatalf("New(%q): %v", cfg, err)
 	}
 	t.Cleanup(func() { g.Close() })
 	return g
@@ -58,10 +96,11 @@ func pipe(t testing.TB, g *netpoll.Group, l net.Listener) (client, server net.Co
 		c, err := l.Accept()
 		ch <- res{c, err}
 	}()
-	client, err := g.Dial(context.Background(), l.Addr().Network(), l.Addr().String())
+	c, err := g.Dial(context.Background(), l.Addr().Network(), l.Addr().String())
 	if err != nil {
 		t.Fatalf("Dial: %v", err)
 	}
+	client = c // not before the check: a nil *Conn in a net.Conn is not nil
 	r := <-ch
 	if r.err != nil {
 		t.Fatalf("Accept: %v", r.err)
@@ -155,12 +194,12 @@ func await(stop <-chan struct{}, cond func() bool) bool {
 }
 
 // eachNestedWait runs f in a subtest, on a group of its own, for every
-// Mode with each of nestedWaits.
+// mode with each of nestedWaits.
 func eachNestedWait(t *testing.T, f func(t *testing.T, g *netpoll.Group)) {
 	for _, mode := range modes {
 		for _, wait := range nestedWaits {
-			t.Run("mode="+mode.String()+"/wait="+wait.String(), func(t *testing.T) {
-				f(t, newGroup(t, netpoll.Config{Mode: mode, Wait: wait}))
+			t.Run("mode="+mode+"/wait="+wait, func(t *testing.T) {
+				f(t, newGroup(t, cfgOf(t, "mode="+mode+",wait="+wait)))
 			})
 		}
 	}
@@ -224,4 +263,33 @@ func echoBytes(c net.Conn, rounds int) error {
 		}
 	}
 	return nil
+}
+
+// handOffStats is the Server's hand-off counters, read by name
+// (Server.ReadStats): times a connection went idle with no goroutine, the
+// socket checks those hand-offs made, and the ones that needed none.
+type handOffStats struct{ HandOffs, Checks, Skips uint64 }
+
+func readHandOffs(t testing.TB, s *netpoll.Server) handOffStats {
+	t.Helper()
+	samples := []netpoll.Sample{
+		{Name: "/server/hand-offs:calls"},
+		{Name: "/server/hand-off-checks:calls"},
+		{Name: "/server/hand-off-skips:calls"},
+	}
+	if err := s.ReadStats(samples); err != nil {
+		t.Fatalf("Server.ReadStats: %v", err)
+	}
+	return handOffStats{samples[0].Value, samples[1].Value, samples[2].Value}
+}
+
+// idleTimeouts reads the Server's count of connections closed by
+// IdleTimeout (Server.ReadStats).
+func idleTimeouts(t testing.TB, s *netpoll.Server) uint64 {
+	t.Helper()
+	samples := []netpoll.Sample{{Name: "/server/idle-timeouts:conns"}}
+	if err := s.ReadStats(samples); err != nil {
+		t.Fatalf("Server.ReadStats: %v", err)
+	}
+	return samples[0].Value
 }

@@ -16,8 +16,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/edgepoll/edgepoll/netpoll"
 )
 
 const (
@@ -29,8 +27,8 @@ const (
 // from the stdlib client over keep-alive connections, in every mode.
 func TestHTTPServer(t *testing.T) {
 	for _, mode := range modes {
-		t.Run("mode="+mode.String(), func(t *testing.T) {
-			g := newGroup(t, netpoll.Config{Mode: mode})
+		t.Run("mode="+mode, func(t *testing.T) {
+			g := newGroup(t, cfgOf(t, "mode="+mode))
 			l := listen(t, g, "tcp")
 			conns := serveHTTP(t, l)
 			// At most httpClients conns: a conn the server broke would need a new one.
@@ -48,8 +46,8 @@ func TestHTTPServer(t *testing.T) {
 // stdlib client negotiates HTTP/2 by ALPN and gets correct answers.
 func TestHTTP2OverTLS(t *testing.T) {
 	for _, mode := range modes {
-		t.Run("mode="+mode.String(), func(t *testing.T) {
-			g := newGroup(t, netpoll.Config{Mode: mode})
+		t.Run("mode="+mode, func(t *testing.T) {
+			g := newGroup(t, cfgOf(t, "mode="+mode))
 			cert, pool := selfSigned(t)
 			l := tls.NewListener(listen(t, g, "tcp"), &tls.Config{
 				Certificates: []tls.Certificate{cert},

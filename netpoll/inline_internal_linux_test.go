@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// The takeover timer's delay under WaitInline (inlineWait.takeover): it
+// The takeover timer's delay under wait=inline (inlineWait.takeover): it
 // doubles, up to inlineHandoffMax, each time the timer finds the role
 // taken back since it was armed, and goes back to inlineHandoff when the
 // role had stayed out and the timer gives it to the loop goroutine. Driven

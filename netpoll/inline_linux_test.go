@@ -9,21 +9,21 @@ import (
 	"github.com/edgepoll/edgepoll/netpoll"
 )
 
-// TestInlineOneHop counts what one request costs on WaitInline, with an
+// TestInlineOneHop counts what one request costs on wait=inline, with an
 // Accept parked on the same poller the whole time, as in a server: the
 // reader parks once per request and waits on the epoll fd itself (the
 // runtime readies it: one hop), not on its channel behind the poller's
 // goroutine. The only parks that do not wait inline come after the role
 // went to the poller's goroutine (Takeovers: the reader took longer than
 // inlineHandoff to park again), and nobody steps aside, since the holder's
-// polls find only its own events. On WaitNested every park waits on its
+// polls find only its own events. On wait=nested every park waits on its
 // channel (InlineWaits 0): this test fails there. Every request parks
 // (pingPongParked).
 func TestInlineOneHop(t *testing.T) {
 	const rounds = 2000
 	for _, mode := range modes {
-		t.Run("mode="+mode.String(), func(t *testing.T) {
-			g := newGroup(t, netpoll.Config{Mode: mode, Wait: netpoll.WaitInline})
+		t.Run("mode="+mode, func(t *testing.T) {
+			g := newGroup(t, cfgOf(t, "mode="+mode+",wait=inline"))
 			l := listen(t, g, "tcp")
 			client, server := netClient(t, l) // a peer off the poller: its parks are not counted
 			accepted := make(chan error, 1)
@@ -33,9 +33,9 @@ func TestInlineOneHop(t *testing.T) {
 					accepted <- err
 				}()
 			})
-			before := g.Stats().Total
+			before := netpoll.Counters(g).Total
 			pingPongParked(t, client, server, rounds)
-			s := g.Stats().Total
+			s := netpoll.Counters(g).Total
 			parks, inline := s.ReadParks-before.ReadParks, s.InlineWaits-before.InlineWaits
 			asides, takeovers := s.StepAsides-before.StepAsides, s.Takeovers-before.Takeovers
 			t.Logf("%d requests: %d reader parks, %d waited inline, %d stepped aside, %d takeovers, %d epoll_waits",
@@ -69,8 +69,8 @@ func TestInlineOneHop(t *testing.T) {
 // Read below would wait for good.
 func TestInlineTakeover(t *testing.T) {
 	for _, mode := range modes {
-		t.Run("mode="+mode.String(), func(t *testing.T) {
-			g := newGroup(t, netpoll.Config{Mode: mode, Wait: netpoll.WaitInline})
+		t.Run("mode="+mode, func(t *testing.T) {
+			g := newGroup(t, cfgOf(t, "mode="+mode+",wait=inline"))
 			l := listen(t, g, "tcp")
 			clientA, serverA := pipe(t, g, l)
 			clientB, serverB := pipe(t, g, l)
@@ -88,14 +88,14 @@ func TestInlineTakeover(t *testing.T) {
 			if !netpoll.AwaitInlineRole(serverA, "vacant", expired) {
 				t.Fatal("the role stayed taken after the setup")
 			}
-			base := g.Stats().Total
+			base := netpoll.Counters(g).Total
 			if !awaitInlinePark(t, "A's Read", func() { go read(serverA, readA) }) {
 				t.Fatal("A's Read waited on its channel with nobody holding the role; want it inline")
 			}
 			if awaitInlinePark(t, "B's Read", func() { go read(serverB, readB) }) {
 				t.Fatal("B's Read waited inline while A's held the role")
 			}
-			if s := g.Stats().Total; s.InlineWaits != base.InlineWaits+1 {
+			if s := netpoll.Counters(g).Total; s.InlineWaits != base.InlineWaits+1 {
 				t.Fatalf("%d parks waited inline; want A's alone (B waits on its channel)", s.InlineWaits-base.InlineWaits)
 			}
 
@@ -113,7 +113,7 @@ func TestInlineTakeover(t *testing.T) {
 			if r := awaitResult(t, readB, expired, "B's Read"); r.err != nil || r.n != 1 {
 				t.Fatalf("B's Read = %d, %v", r.n, r.err)
 			}
-			if s := g.Stats().Total; s.Takeovers == base.Takeovers {
+			if s := netpoll.Counters(g).Total; s.Takeovers == base.Takeovers {
 				t.Errorf("B was woken with no takeover counted: who watched the epoll fd?")
 			}
 		})
@@ -130,8 +130,8 @@ func TestInlineTakeover(t *testing.T) {
 func TestInlineCrowd(t *testing.T) {
 	const waiters = netpoll.InlineCrowd + 1
 	for _, mode := range modes {
-		t.Run("mode="+mode.String(), func(t *testing.T) {
-			g := newGroup(t, netpoll.Config{Mode: mode, Wait: netpoll.WaitInline})
+		t.Run("mode="+mode, func(t *testing.T) {
+			g := newGroup(t, cfgOf(t, "mode="+mode+",wait=inline"))
 			l := listen(t, g, "tcp")
 			done, expired := watchdog(t, time.Minute)
 			defer done()
@@ -153,7 +153,7 @@ func TestInlineCrowd(t *testing.T) {
 			if !netpoll.AwaitInlineRole(ends[0].server, "vacant", expired) {
 				t.Fatal("the role stayed taken after the setup")
 			}
-			base := g.Stats().Total
+			base := netpoll.Counters(g).Total
 			if !awaitInlinePark(t, "the first Read", func() { go read(ends[0]) }) {
 				t.Fatal("the first Read waited on its channel with nobody holding the role; want it inline")
 			}
@@ -178,7 +178,7 @@ func TestInlineCrowd(t *testing.T) {
 			if r := awaitResult(t, ends[1].res, expired, "a waiter's Read"); r.err != nil || r.n != 1 {
 				t.Fatalf("the waiter's Read = %d, %v", r.n, r.err)
 			}
-			s := g.Stats().Total
+			s := netpoll.Counters(g).Total
 			if handoffs := s.CrowdHandoffs - base.CrowdHandoffs; handoffs != 1 {
 				t.Errorf("%d crowd handoffs; want 1: the holder left with %d waiters", handoffs, waiters)
 			}
@@ -195,8 +195,8 @@ func TestInlineCrowd(t *testing.T) {
 // poller's goroutine watching, and is woken by data.
 func TestInlineDeadlineAndClose(t *testing.T) {
 	for _, mode := range modes {
-		t.Run("mode="+mode.String(), func(t *testing.T) {
-			g := newGroup(t, netpoll.Config{Mode: mode, Wait: netpoll.WaitInline})
+		t.Run("mode="+mode, func(t *testing.T) {
+			g := newGroup(t, cfgOf(t, "mode="+mode+",wait=inline"))
 			l := listen(t, g, "tcp")
 			client, server := pipe(t, g, l)
 			done, expired := watchdog(t, time.Minute)
@@ -208,7 +208,7 @@ func TestInlineDeadlineAndClose(t *testing.T) {
 				res <- ioResult{n, err}
 			}
 
-			base := g.Stats().Total
+			base := netpoll.Counters(g).Total
 			if !awaitInlinePark(t, "the Read", func() { go read() }) {
 				t.Fatal("the Read waited on its channel; want it inline")
 			}
@@ -216,7 +216,7 @@ func TestInlineDeadlineAndClose(t *testing.T) {
 			wantOpError(t, "Read past a deadline set while waiting inline", awaitResult(t, res, expired, "Read").err, "read", os.ErrDeadlineExceeded)
 
 			server.SetReadDeadline(time.Now().Add(time.Hour))
-			base = g.Stats().Total
+			base = netpoll.Counters(g).Total
 			if awaitInlinePark(t, "the Read with a deadline", func() { go read() }) {
 				t.Fatal("the Read with a deadline waited inline; want it on its channel")
 			}
@@ -226,7 +226,7 @@ func TestInlineDeadlineAndClose(t *testing.T) {
 			if r := awaitResult(t, res, expired, "Read with a deadline"); r.err != nil || r.n != 1 {
 				t.Fatalf("Read with a deadline = %d, %v; want 1, nil", r.n, r.err)
 			}
-			if s := g.Stats().Total; s.InlineWaits != base.InlineWaits || s.Takeovers == base.Takeovers {
+			if s := netpoll.Counters(g).Total; s.InlineWaits != base.InlineWaits || s.Takeovers == base.Takeovers {
 				t.Errorf("a Read with a deadline: %d inline waits, %d takeovers; want none inline, and the poller's goroutine called",
 					s.InlineWaits-base.InlineWaits, s.Takeovers-base.Takeovers)
 			}
@@ -237,7 +237,7 @@ func TestInlineDeadlineAndClose(t *testing.T) {
 				t.Fatal("the poller's goroutine kept the role")
 			}
 			server.SetReadDeadline(time.Time{})
-			base = g.Stats().Total
+			base = netpoll.Counters(g).Total
 			if !awaitInlinePark(t, "the Read without a deadline", func() { go read() }) {
 				t.Fatal("the Read without a deadline waited on its channel; want it inline")
 			}
@@ -247,7 +247,7 @@ func TestInlineDeadlineAndClose(t *testing.T) {
 	}
 }
 
-// awaitInlinePark runs start, which starts one operation on a WaitInline
+// awaitInlinePark runs start, which starts one operation on a wait=inline
 // poller, and returns once it commits to its wait: whether inline.
 func awaitInlinePark(t *testing.T, what string, start func()) (inline bool) {
 	t.Helper()

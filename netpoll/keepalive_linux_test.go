@@ -141,11 +141,13 @@ func TestKeepAlive(t *testing.T) {
 			}
 
 			for _, sh := range sharings {
-				t.Run("sharing="+sh.String(), func(t *testing.T) {
-					cfg := netpoll.Config{Sharing: sh, KeepAlive: tt.ka, KeepAliveConfig: tt.kac}
-					if sh != netpoll.Single {
-						cfg.Pollers = 2
+				t.Run("sharing="+sh, func(t *testing.T) {
+					pollers := "pollers=2"
+					if sh == "single" {
+						pollers = ""
 					}
+					cfg := cfgOf(t, join(pollers, "sharing="+sh))
+					cfg.KeepAlive, cfg.KeepAliveConfig = tt.ka, tt.kac
 					g := newGroup(t, cfg)
 					l := listen(t, g, "tcp").(*netpoll.Listener)
 					for i, fd := range netpoll.ListenerFDs(l) {

@@ -22,7 +22,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-var sharings = []netpoll.Sharing{netpoll.Single, netpoll.Exclusive, netpoll.WakeAll, netpoll.ReusePort}
+// sharings are the ways pollers share a listener, as NETPOLL's sharing key
+// spells them: Single, Exclusive, ReusePort are Config.Sharing, wakeall is
+// the experiment string's alone.
+var sharings = []string{"single", "exclusive", "wakeall", "reuseport"}
 
 // streamResult is what a stream of connections to a listener of a group
 // counted.
@@ -32,7 +35,8 @@ type streamResult struct {
 }
 
 // acceptStream dials conns connections one after another to a listener of
-// a group with cfg and checks what holds on any machine, however loaded:
+// a group of pollers pollers sharing it by sharing, waiting by wait (both
+// in the NETPOLL syntax), and checks what holds on any machine, however loaded:
 // each connection is accepted exactly once (every client sends its index,
 // the server marks it), the pollers' accepts add up to the connections
 // dialed, every registration the listener's sharing mode makes is in its
@@ -40,18 +44,19 @@ type streamResult struct {
 // the group leaves no goroutine and no fd. What the stream cost (wakeups,
 // context switches per accept) moves with the machine's load and is
 // bench.BenchmarkAcceptStream's to measure.
-func acceptStream(t *testing.T, cfg netpoll.Config, conns int) streamResult {
+func acceptStream(t *testing.T, pollers int, sharing, wait string, conns int) streamResult {
 	t.Helper()
+	cfg := cfgOf(t, fmt.Sprintf("pollers=%d,sharing=%s,wait=%s", pollers, sharing, wait))
 	initRuntimePoller(t) // its epoll fd is not the group's to close
 	goroutines, fds := runtime.NumGoroutine(), countFDs(t)
 	g := newGroup(t, cfg)
 	l := listen(t, g, "tcp")
-	checkRegistrations(t, g, l.(*netpoll.Listener), cfg)
+	checkRegistrations(t, g, l.(*netpoll.Listener), pollers, sharing)
 	dialEach(t, l, conns)
-	s := g.Stats()
+	s := netpoll.Counters(g)
 	if testing.Verbose() {
 		for i, p := range s.Pollers {
-			t.Logf("poller %d: accepts %d wakeups %d empty %d hand-offs %d rotations %d epoll_wait %d", i, p.Accepts, p.Wakeups, p.EmptyWakeups, p.HandOffs, p.Rotations, p.EpollWaits)
+			t.Logf("poller %d: accepts %d wakeups %d empty %d hand-offs %d rotations %d epoll_wait %d", i, p.Accepts, p.Wakeups, p.EmptyWakeups, p.AcceptTurns, p.Rotations, p.EpollWaits)
 		}
 	}
 	r := streamResult{stats: s.Total}
@@ -63,7 +68,7 @@ func acceptStream(t *testing.T, cfg netpoll.Config, conns int) streamResult {
 	if sum != uint64(conns) || s.Total.Accepts != sum {
 		t.Errorf("pollers counted %d accepts (%v), total %d; want %d", sum, r.accepts, s.Total.Accepts, conns)
 	}
-	checkRegistrations(t, g, l.(*netpoll.Listener), cfg) // after the balancing's re-adds
+	checkRegistrations(t, g, l.(*netpoll.Listener), pollers, sharing) // after the balancing's re-adds
 	if err := g.Close(); err != nil {
 		t.Errorf("Group.Close: %v", err)
 	}
@@ -137,53 +142,54 @@ func dialEach(t *testing.T, l net.Listener, conns int) {
 // what one watches in /proc/self/fdinfo) and checks it holds what l's
 // sharing mode registers there, and nothing more of l: Single, its socket
 // on one poller; ReusePort, socket i on poller i alone; Exclusive and
-// WakeAll, the one socket on every poller, edge-triggered in every Mode,
+// wakeall, the one socket on every poller, edge-triggered in every mode,
 // with EPOLLEXCLUSIVE for Exclusive alone. This is what makes Exclusive
-// wake fewer pollers than WakeAll, which bench.BenchmarkAcceptStream
+// wake fewer pollers than wakeall, which bench.BenchmarkAcceptStream
 // measures (wakeups/op): the wakeups themselves move with the load, the
 // flag does not. Exclusive's balancing re-adds a registration after an
 // accept (DEL, then ADD): a failed ADD shows here as a poller missing.
-func checkRegistrations(t *testing.T, g *netpoll.Group, l *netpoll.Listener, cfg netpoll.Config) {
+// The group has pollers pollers sharing l by sharing (NETPOLL's spelling).
+func checkRegistrations(t *testing.T, g *netpoll.Group, l *netpoll.Listener, pollers int, sharing string) {
 	t.Helper()
 	fds, on := netpoll.ListenerFDs(l), netpoll.ListenerPollers(l)
-	shared := cfg.Sharing == netpoll.Exclusive || cfg.Sharing == netpoll.WakeAll
+	shared := sharing == "exclusive" || sharing == "wakeall"
 	wantRegs := 1
-	if cfg.Sharing != netpoll.Single {
-		wantRegs = cfg.Pollers
+	if sharing != "single" {
+		wantRegs = pollers
 	}
 	if len(fds) != wantRegs {
-		t.Fatalf("sharing=%s: %d registrations, want %d", cfg.Sharing, len(fds), wantRegs)
+		t.Fatalf("sharing=%s: %d registrations, want %d", sharing, len(fds), wantRegs)
 	}
 	want := make(map[[2]int]bool) // {poller, fd}
 	for j, fd := range fds {
-		if shared && fd != fds[0] || cfg.Sharing == netpoll.ReusePort && j > 0 && slices.Contains(fds[:j], fd) {
-			t.Fatalf("sharing=%s: registrations on sockets %v", cfg.Sharing, fds)
+		if shared && fd != fds[0] || sharing == "reuseport" && j > 0 && slices.Contains(fds[:j], fd) {
+			t.Fatalf("sharing=%s: registrations on sockets %v", sharing, fds)
 		}
 		want[[2]int{on[j], fd}] = true
 	}
 	sockets := slices.Compact(slices.Sorted(slices.Values(fds)))
-	for i := range cfg.Pollers {
+	for i := range pollers {
 		watched := epollWatches(t, netpoll.PollerFD(g, i))
 		for _, fd := range sockets {
 			ev, ok := watched[fd]
 			if ok != want[[2]int{i, fd}] {
-				t.Errorf("sharing=%s: poller %d's epoll watches the listener's socket %d: %v, want %v", cfg.Sharing, i, fd, ok, !ok)
+				t.Errorf("sharing=%s: poller %d's epoll watches the listener's socket %d: %v, want %v", sharing, i, fd, ok, !ok)
 				continue
 			}
 			if !ok {
 				continue
 			}
 			if ev&unix.EPOLLIN == 0 {
-				t.Errorf("sharing=%s: poller %d watches socket %d for %#x, without EPOLLIN", cfg.Sharing, i, fd, ev)
+				t.Errorf("sharing=%s: poller %d watches socket %d for %#x, without EPOLLIN", sharing, i, fd, ev)
 			}
 			if !shared {
 				continue
 			}
 			if ev&unix.EPOLLET == 0 {
-				t.Errorf("sharing=%s: poller %d watches the shared socket for %#x, not edge-triggered", cfg.Sharing, i, ev)
+				t.Errorf("sharing=%s: poller %d watches the shared socket for %#x, not edge-triggered", sharing, i, ev)
 			}
-			if exclusive := ev&unix.EPOLLEXCLUSIVE != 0; exclusive != (cfg.Sharing == netpoll.Exclusive) {
-				t.Errorf("sharing=%s: poller %d watches the shared socket for %#x: EPOLLEXCLUSIVE %v", cfg.Sharing, i, ev, exclusive)
+			if exclusive := ev&unix.EPOLLEXCLUSIVE != 0; exclusive != (sharing == "exclusive") {
+				t.Errorf("sharing=%s: poller %d watches the shared socket for %#x: EPOLLEXCLUSIVE %v", sharing, i, ev, exclusive)
 			}
 		}
 	}
@@ -247,41 +253,41 @@ func epollWatches(t *testing.T, epfd int) map[int]uint32 {
 //   - ReusePort: the kernel picks a socket by a hash of the connection's
 //     addresses (reuseport_select_sock), whoever is awake: no poller is
 //     left at zero, short of odds of 8·(7/8)^2000, under 1e-115.
-//   - WakeAll: whichever woken acceptor runs first takes the connection,
+//   - wakeall: whichever woken acceptor runs first takes the connection,
 //     so the spread is the scheduler's; only the sum is checked.
 //
 // What sharing costs and how evenly it spreads beyond these bounds
-// (wakeups per accept, Exclusive's against WakeAll's, context switches,
+// (wakeups per accept, Exclusive's against wakeall's, context switches,
 // the accepts' max/min) move with the machine's load: that comparison is
 // bench.BenchmarkAcceptStream's (benchstat -col /sharing). Nested pollers
 // (no Exclusive there, see doc.go) are goroutines parked in the runtime's
 // one epoll instance, which merges the herd's thread wakeups into one.
 func TestSharingAcceptStream(t *testing.T) {
 	const conns, pollers = 2000, 8
-	for _, wait := range []netpoll.Wait{netpoll.WaitNested, netpoll.WaitBlock, netpoll.WaitDefault} {
+	for _, wait := range []string{"nested", "block", "default"} {
 		for _, sh := range sharings {
-			if sh == netpoll.Exclusive && wait == netpoll.WaitNested {
+			if sh == "exclusive" && wait == "nested" {
 				continue // refused by New: see TestExclusiveNeedsSleepingPollers
 			}
-			if sh != netpoll.Exclusive && wait == netpoll.WaitDefault {
-				continue // the default is WaitNested there, run above
+			if sh != "exclusive" && wait == "default" {
+				continue // the default is wait=nested there, run above
 			}
 			t.Run(fmt.Sprintf("wait=%s/sharing=%s", wait, sh), func(t *testing.T) {
-				r := acceptStream(t, netpoll.Config{Pollers: pollers, Sharing: sh, Wait: wait}, conns)
+				r := acceptStream(t, pollers, sh, wait, conns)
 				s := r.stats
-				t.Logf("accepts per poller %v; per accept: %.2f epoll_wait, %.2f accept EAGAIN, %.2f wakeups (%.2f empty); rotations %d, hand-offs %d",
-					r.accepts, float64(s.EpollWaits)/conns, float64(s.AcceptEAGAIN)/conns, float64(s.Wakeups)/conns, float64(s.EmptyWakeups)/conns, s.Rotations, s.HandOffs)
+				t.Logf("accepts per poller %v; per accept: %.2f epoll_wait, %.2f accept EAGAIN, %.2f wakeups (%.2f empty); rotations %d, accept turns passed %d",
+					r.accepts, float64(s.EpollWaits)/conns, float64(s.AcceptEAGAIN)/conns, float64(s.Wakeups)/conns, float64(s.EmptyWakeups)/conns, s.Rotations, s.AcceptTurns)
 				a := r.accepts
 				switch sh {
-				case netpoll.Single:
+				case "single":
 					if slices.Max(a) != conns {
 						t.Errorf("accepts per poller %v; want all %d on one poller", a, conns)
 					}
-				case netpoll.Exclusive:
+				case "exclusive":
 					if hi, limit := slices.Max(a), uint64(conns/pollers+2); hi > limit {
 						t.Errorf("accepts per poller %v; want none above %d, two above the mean", a, limit)
 					}
-				case netpoll.ReusePort:
+				case "reuseport":
 					if slices.Min(a) == 0 {
 						t.Errorf("accepts per poller %v; want none at zero", a)
 					}
@@ -296,10 +302,11 @@ func TestSharingAcceptStream(t *testing.T) {
 func TestSharingConformance(t *testing.T) {
 	for _, sh := range sharings {
 		t.Run(fmt.Sprintf("sharing=%s", sh), func(t *testing.T) {
-			cfg := netpoll.Config{Pollers: 3, Sharing: sh}
-			if sh == netpoll.Exclusive {
-				cfg.Wait = netpoll.WaitBlock
+			set := "pollers=3,sharing=" + sh
+			if sh == "exclusive" {
+				set += ",wait=block"
 			}
+			cfg := cfgOf(t, set)
 			t.Run("http", func(t *testing.T) {
 				g := newGroup(t, cfg)
 				l := listen(t, g, "tcp")
@@ -325,15 +332,15 @@ func TestReusePortUnix(t *testing.T) {
 
 // TestExclusiveNeedsSleepingPollers: New refuses Exclusive sharing with
 // nested pollers asked for, saying why; with no wait strategy set it picks
-// WaitBlock.
+// wait=block.
 func TestExclusiveNeedsSleepingPollers(t *testing.T) {
-	_, err := netpoll.New(netpoll.Config{Pollers: 4, Sharing: netpoll.Exclusive, Wait: netpoll.WaitNested})
+	_, err := netpoll.New(netpoll.Config{Pollers: 4, Sharing: netpoll.Exclusive, Experiment: "wait=nested"})
 	var ce *netpoll.ConfigError
 	if !errors.As(err, &ce) || ce.Key != "sharing" || !strings.Contains(ce.Reason, "epoll_wait") {
 		t.Fatalf("New(exclusive, nested) = %v; want a *ConfigError for sharing explaining epoll_wait", err)
 	}
-	for _, w := range []netpoll.Wait{netpoll.WaitDefault, netpoll.WaitBlock} {
-		g, err := netpoll.New(netpoll.Config{Pollers: 4, Sharing: netpoll.Exclusive, Wait: w})
+	for _, w := range []string{"default", "block"} {
+		g, err := netpoll.New(netpoll.Config{Pollers: 4, Sharing: netpoll.Exclusive, Experiment: "wait=" + w})
 		if err != nil {
 			t.Fatalf("New(exclusive, wait=%s): %v", w, err)
 		}

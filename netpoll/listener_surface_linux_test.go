@@ -24,33 +24,41 @@ import (
 // surfacePollers is the group size of the shared-listener cases.
 const surfacePollers = 3
 
-// listenerCase is a listener to test: a group configuration and a network.
+// listenerCase is a listener to test: a group configuration, its pollers
+// and sharing (NETPOLL's spelling: wakeall is not a Config.Sharing), and a
+// network.
 type listenerCase struct {
 	name    string
 	cfg     netpoll.Config
+	pollers int
+	sharing string
 	network string
 }
 
-// listenerCases covers every Sharing mode with tcp, and unix where the mode
-// allows it (not ReusePort); Single also in each Mode, whose listeners park
+// listenerCases covers every sharing mode with tcp, and unix where the mode
+// allows it (not reuseport); single also in each mode, whose listeners park
 // on their own registration.
-func listenerCases() []listenerCase {
+func listenerCases(t testing.TB) []listenerCase {
 	var cases []listenerCase
 	for _, network := range []string{"tcp", "unix"} {
 		for _, mode := range modes {
 			cases = append(cases, listenerCase{
 				name:    fmt.Sprintf("sharing=single/mode=%s/net=%s", mode, network),
-				cfg:     netpoll.Config{Mode: mode},
+				cfg:     cfgOf(t, "mode="+mode),
+				pollers: 1,
+				sharing: "single",
 				network: network,
 			})
 		}
-		for _, sh := range []netpoll.Sharing{netpoll.Exclusive, netpoll.WakeAll, netpoll.ReusePort} {
-			if sh == netpoll.ReusePort && network == "unix" {
+		for _, sh := range []string{"exclusive", "wakeall", "reuseport"} {
+			if sh == "reuseport" && network == "unix" {
 				continue // refused by Listen: see TestReusePortUnix
 			}
 			cases = append(cases, listenerCase{
 				name:    fmt.Sprintf("sharing=%s/net=%s", sh, network),
-				cfg:     netpoll.Config{Pollers: surfacePollers, Sharing: sh},
+				cfg:     cfgOf(t, fmt.Sprintf("pollers=%d,sharing=%s", surfacePollers, sh)),
+				pollers: surfacePollers,
+				sharing: sh,
 				network: network,
 			})
 		}
@@ -60,8 +68,8 @@ func listenerCases() []listenerCase {
 
 // sockets is how many listening sockets a listener of tt has.
 func (tt listenerCase) sockets() int {
-	if tt.cfg.Sharing == netpoll.ReusePort {
-		return tt.cfg.Pollers
+	if tt.sharing == "reuseport" {
+		return tt.pollers
 	}
 	return 1
 }
@@ -122,7 +130,7 @@ func readIndex(t *testing.T, c net.Conn) int {
 // each once, with its data.
 func TestListenerDeadlinePast(t *testing.T) {
 	const conns = surfacePollers + 2 // more than the acceptors can hold
-	for _, tt := range listenerCases() {
+	for _, tt := range listenerCases(t) {
 		t.Run(tt.name, func(t *testing.T) {
 			g := newGroup(t, tt.cfg)
 			l := surfaceListener(t, g, tt.network)
@@ -170,7 +178,7 @@ func TestListenerDeadlinePast(t *testing.T) {
 // while Accept is blocked applies at once: Accept fails with the deadline
 // error. It holds with no deadline before and with a far one.
 func TestListenerDeadlineWakesAccept(t *testing.T) {
-	for _, tt := range listenerCases() {
+	for _, tt := range listenerCases(t) {
 		for _, before := range []time.Duration{0, time.Hour} {
 			t.Run(fmt.Sprintf("%s/before=%v", tt.name, before), func(t *testing.T) {
 				g := newGroup(t, tt.cfg)
@@ -212,7 +220,7 @@ func awaitBlockedInAccept(stop <-chan struct{}) bool {
 		n := runtime.Stack(buf, true)
 		for _, g := range strings.Split(string(buf[:n]), "\n\n") {
 			head, _, _ := strings.Cut(g, "\n")
-			blocked := strings.Contains(head, "[select") || strings.Contains(head, "[chan receive") || strings.Contains(head, "[IO wait") // IO wait: WaitInline
+			blocked := strings.Contains(head, "[select") || strings.Contains(head, "[chan receive") || strings.Contains(head, "[IO wait") // IO wait: wait=inline
 			if blocked && strings.Contains(g, "netpoll.(*Listener).Accept(") {
 				return true
 			}
@@ -224,7 +232,7 @@ func awaitBlockedInAccept(stop <-chan struct{}) bool {
 // TestListenerDeadlineFuture: with a deadline 50ms ahead and no dialer,
 // Accept returns the deadline error (when is not checked).
 func TestListenerDeadlineFuture(t *testing.T) {
-	for _, tt := range listenerCases() {
+	for _, tt := range listenerCases(t) {
 		t.Run(tt.name, func(t *testing.T) {
 			g := newGroup(t, tt.cfg)
 			l := surfaceListener(t, g, tt.network)
@@ -265,7 +273,7 @@ func TestListenerDeadlineFuture(t *testing.T) {
 // TestListenerSetDeadlineAfterClose: SetDeadline on a closed listener is a
 // set *net.OpError wrapping net.ErrClosed.
 func TestListenerSetDeadlineAfterClose(t *testing.T) {
-	for _, tt := range listenerCases() {
+	for _, tt := range listenerCases(t) {
 		t.Run(tt.name, func(t *testing.T) {
 			g := newGroup(t, tt.cfg)
 			l := surfaceListener(t, g, tt.network)
@@ -305,7 +313,7 @@ func TestListenerDeadlineEndsBackoff(t *testing.T) {
 	// may open one.
 	free := exhaustFDs(t, sock, 0)
 	defer free()
-	before := g.Stats().Total.AcceptBackoffs
+	before := netpoll.Counters(g).Total.AcceptBackoffs
 	sa := &unix.SockaddrInet4{Port: l.Addr().(*net.TCPAddr).Port, Addr: [4]byte{127, 0, 0, 1}}
 	if err := unix.Connect(sock, sa); err != nil {
 		free()
@@ -313,7 +321,7 @@ func TestListenerDeadlineEndsBackoff(t *testing.T) {
 	}
 	// Two back-offs: the second is under way, 10ms long, and later ones
 	// grow to a second; without the deadline they would go on for good.
-	if !await(expired, func() bool { return g.Stats().Total.AcceptBackoffs >= before+2 }) {
+	if !await(expired, func() bool { return netpoll.Counters(g).Total.AcceptBackoffs >= before+2 }) {
 		free()
 		t.Fatal("Accept never backed off: the process did not run out of fds?")
 	}
@@ -365,7 +373,7 @@ func listenerFDs(t *testing.T, l *netpoll.Listener) []int {
 // connection is pending and its f can accept it; shared listeners refuse
 // Read and Write. After Close every method fails with net.ErrClosed.
 func TestListenerSyscallConn(t *testing.T) {
-	for _, tt := range listenerCases() {
+	for _, tt := range listenerCases(t) {
 		t.Run(tt.name, func(t *testing.T) {
 			g := newGroup(t, tt.cfg)
 			l := surfaceListener(t, g, tt.network)
@@ -382,7 +390,7 @@ func TestListenerSyscallConn(t *testing.T) {
 				t.Fatal(err)
 			}
 			noop := func(uintptr) bool { return true }
-			if tt.cfg.Sharing == netpoll.Single {
+			if tt.sharing == "single" {
 				rawAccept(t, l, rc)
 				if err := rc.Write(noop); err != nil {
 					t.Errorf("raw Write whose f is done: %v", err)
@@ -397,7 +405,7 @@ func TestListenerSyscallConn(t *testing.T) {
 			}
 			l.Close()
 			wantOpError(t, "Control after Close", rc.Control(func(uintptr) { t.Error("Control ran f after Close") }), "raw-control", net.ErrClosed)
-			if tt.cfg.Sharing == netpoll.Single {
+			if tt.sharing == "single" {
 				wantOpError(t, "raw Read after Close", rc.Read(noop), "raw-read", net.ErrClosed)
 				wantOpError(t, "raw Write after Close", rc.Write(noop), "raw-write", net.ErrClosed)
 			}
@@ -454,10 +462,12 @@ func rawAccept(t *testing.T, l *netpoll.Listener, rc syscall.RawConn) {
 // listens and net.FileListener accepts on it. No fd is left over. A
 // ReusePort listener with several sockets refuses File; with one it works.
 func TestListenerFile(t *testing.T) {
-	cases := listenerCases()
+	cases := listenerCases(t)
 	cases = append(cases, listenerCase{
 		name:    "sharing=reuseport/pollers=1/net=tcp",
 		cfg:     netpoll.Config{Pollers: 1, Sharing: netpoll.ReusePort},
+		pollers: 1,
+		sharing: "reuseport",
 		network: "tcp",
 	})
 	for _, tt := range cases {
@@ -475,11 +485,10 @@ func TestListenerFile(t *testing.T) {
 			if tt.network == "unix" {
 				addr = fmt.Sprintf("@netpoll-file-%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "-"))
 			}
-			nl, err := g.Listen(context.Background(), tt.network, addr)
+			l, err := g.Listen(context.Background(), tt.network, addr)
 			if err != nil {
 				t.Fatal(err)
 			}
-			l := nl.(*netpoll.Listener)
 			if tt.sockets() > 1 {
 				_, err := l.File()
 				wantOpError(t, "File of a reuseport listener with several sockets", err, "file", netpoll.ErrSharedListener)

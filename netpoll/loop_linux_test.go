@@ -16,7 +16,7 @@ import (
 // parks in the runtime's netpoller, the thread poller blocks in
 // epoll_wait) with the epoll_wait that finds the event: two hops and an
 // epoll_wait where net has one hop. The test asserts that count, so that a
-// change that adds a hop shows. WaitInline keeps these counts (its reader
+// change that adds a hop shows. wait=inline keeps these counts (its reader
 // is its own poller: the park is also the poller's block, with an
 // epoll_wait before it and one after) but takes one hop: TestInlineOneHop
 // counts that.
@@ -26,21 +26,21 @@ func TestPlainPathHops(t *testing.T) {
 		name string
 		cfg  netpoll.Config
 	}{
-		{"et/nested", netpoll.Config{SpinPolicy: netpoll.SpinFixed}},
-		{"oneshot/nested", netpoll.Config{Mode: netpoll.OneShot, SpinPolicy: netpoll.SpinFixed}},
-		{"lt/nested", netpoll.Config{Mode: netpoll.LevelTriggered, SpinPolicy: netpoll.SpinFixed}},
-		{"et/block", netpoll.Config{Wait: netpoll.WaitBlock, SpinPolicy: netpoll.SpinFixed}},
-		{"et/inline", netpoll.Config{Wait: netpoll.WaitInline, SpinPolicy: netpoll.SpinFixed}},
-		{"lt/inline", netpoll.Config{Mode: netpoll.LevelTriggered, Wait: netpoll.WaitInline, SpinPolicy: netpoll.SpinFixed}},
-		{"oneshot/inline", netpoll.Config{Mode: netpoll.OneShot, Wait: netpoll.WaitInline, SpinPolicy: netpoll.SpinFixed}},
+		{"et/nested", netpoll.Config{DisableSpin: true}},
+		{"oneshot/nested", cfgOf(t, "mode=oneshot,spin=off")},
+		{"lt/nested", cfgOf(t, "mode=lt,spin=off")},
+		{"et/block", cfgOf(t, "wait=block,spin=off")},
+		{"et/inline", cfgOf(t, "wait=inline,spin=off")},
+		{"lt/inline", cfgOf(t, "mode=lt,wait=inline,spin=off")},
+		{"oneshot/inline", cfgOf(t, "mode=oneshot,wait=inline,spin=off")},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			g := newGroup(t, tt.cfg)
 			l := listen(t, g, "tcp")
 			client, server := netClient(t, l)
-			before := g.Stats().Total
+			before := netpoll.Counters(g).Total
 			pingPongParked(t, client, server, rounds)
-			s := g.Stats().Total
+			s := netpoll.Counters(g).Total
 			per := func(a, b uint64) float64 { return float64(a-b) / rounds }
 			parks, polls, waits := per(s.ReadParks, before.ReadParks), per(s.BlockingWaits, before.BlockingWaits), per(s.EpollWaits, before.EpollWaits)
 			t.Logf("per request: %.2f reader parks, %.2f poller blocks (%.2f wakeups), %.2f epoll_waits, %.2f woken, %.2f EAGAIN, %.2f short-read skips",
@@ -52,14 +52,14 @@ func TestPlainPathHops(t *testing.T) {
 			// began); a block whose wakeup found nobody to wake (an
 			// EPOLLOUT edge after a reply: 0 to 3 in 2,000 requests on
 			// a thread poller) is not a request's: EmptyWakeups counts
-			// it. Most requests pay the block; under WaitInline the
+			// it. Most requests pay the block; under wait=inline the
 			// holder may find its byte in the poll before it blocks, so
 			// that lower bound is not asked of it.
 			served := polls - per(s.EmptyWakeups, before.EmptyWakeups)
 			if parks != 1 || served > 1+1.0/rounds {
 				t.Errorf("per request: %.4f reader parks, %.4f poller blocks that woke someone; want 1 and at most 1", parks, served)
 			}
-			if tt.cfg.Wait != netpoll.WaitInline && served < 0.5 {
+			if !inExperiment(tt.cfg, "wait=inline") && served < 0.5 {
 				t.Errorf("per request: %.4f poller blocks that woke someone; want most requests to pay one", served)
 			}
 			// The poller adds a poll's wakes to Woken after it sent

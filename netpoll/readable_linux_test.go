@@ -34,12 +34,12 @@ func TestWaitRead(t *testing.T) {
 		// atOnce runs WaitRead where something is queued: nil, no park.
 		atOnce := func(what string, c net.Conn) {
 			t.Helper()
-			before := g.Stats().Total.ReadParks
+			before := netpoll.Counters(g).Total.ReadParks
 			// A wait on the edge alone would park for good here.
 			if err := awaitResult(t, waitRead(c), expired, "WaitRead with "+what); err != nil {
 				t.Fatalf("%s: WaitRead = %v", what, err)
 			}
-			if parks := g.Stats().Total.ReadParks - before; parks != 0 {
+			if parks := netpoll.Counters(g).Total.ReadParks - before; parks != 0 {
 				t.Errorf("%s: WaitRead parked %d times; want none", what, parks)
 			}
 		}
@@ -79,7 +79,7 @@ func TestWaitRead(t *testing.T) {
 		// After a short Read (drained), a wait parks with no syscall
 		// (a short skip); the Read after it makes its syscall and
 		// reads what came.
-		skips := g.Stats().Total.ShortSkips
+		skips := netpoll.Counters(g).Total.ShortSkips
 		res = waitRead(server)
 		if !netpoll.AwaitReadState(server, "waiting", expired) {
 			t.Fatal("WaitRead after a short Read did not park")
@@ -88,7 +88,7 @@ func TestWaitRead(t *testing.T) {
 		if err := awaitResult(t, res, expired, "WaitRead"); err != nil {
 			t.Fatalf("WaitRead after a short Read = %v", err)
 		}
-		if n := g.Stats().Total.ShortSkips - skips; n != 1 {
+		if n := netpoll.Counters(g).Total.ShortSkips - skips; n != 1 {
 			t.Errorf("WaitRead after a short Read: %d short skips; want 1 (no poll: the socket was known drained)", n)
 		}
 		read(server, "gh")
@@ -194,7 +194,7 @@ func TestReadyReaderPattern(t *testing.T) {
 			b   []byte
 			err error
 		}
-		base := g.Stats().Total
+		base := netpoll.Counters(g).Total
 		for i := range msgs {
 			res := make(chan result, 1)
 			go func() { b, err := readReady(); res <- result{b, err} }()
@@ -212,9 +212,9 @@ func TestReadyReaderPattern(t *testing.T) {
 			}
 		}
 		// One EAGAIN a wait, and one more for each stale ready token
-		// (LevelTriggered re-reports an fd until it is read: a report
+		// (mode=lt re-reports an fd until it is read: a report
 		// after the wake and before the read leaves one).
-		stale := g.Stats().Total.ReadyTokens - base.ReadyTokens
+		stale := netpoll.Counters(g).Total.ReadyTokens - base.ReadyTokens
 		if n := uint64(eagains.Load()); n < msgs || n > msgs+stale {
 			t.Errorf("%d callbacks found nothing for %d waits and %d stale tokens; want one a wait, and one a token at most", n, msgs, stale)
 		}
@@ -223,11 +223,11 @@ func TestReadyReaderPattern(t *testing.T) {
 		if !await(expired, func() bool { return inq(t, server) == 6 }) {
 			t.Fatal("the server never had 6 bytes queued")
 		}
-		before, e0 := g.Stats().Total.ReadParks, eagains.Load()
+		before, e0 := netpoll.Counters(g).Total.ReadParks, eagains.Load()
 		if b, err := readReady(); err != nil || string(b) != "queued" {
 			t.Fatalf("raw Read of queued data = %q, %v", b, err)
 		}
-		if parks, e := g.Stats().Total.ReadParks-before, eagains.Load()-e0; parks != 0 || e != 0 {
+		if parks, e := netpoll.Counters(g).Total.ReadParks-before, eagains.Load()-e0; parks != 0 || e != 0 {
 			t.Errorf("raw Read of queued data: %d parks, %d EAGAINs; want none", parks, e)
 		}
 		// The read deadline ends the wait.

@@ -93,15 +93,15 @@ func liveHeap() heapFigures {
 // allocates nothing in steady state, in every mode: a direction keeps its
 // token channel (and its deadline timer) from one park to the next, and
 // gives the channel back only when a Server hands the connection off; the
-// re-arm a OneShot park makes passes its epoll event on the stack.
+// re-arm a mode=oneshot park makes passes its epoll event on the stack.
 func TestParkAllocatesNothing(t *testing.T) {
 	for _, tt := range []struct {
-		mode     netpoll.Mode
+		mode     string
 		deadline bool
-	}{{netpoll.EdgeTriggered, false}, {netpoll.EdgeTriggered, true}, {netpoll.OneShot, false}, {netpoll.LevelTriggered, false}} {
+	}{{"et", false}, {"et", true}, {"oneshot", false}, {"lt", false}} {
 		deadline := tt.deadline
 		t.Run(fmt.Sprintf("mode=%v/deadline=%v", tt.mode, deadline), func(t *testing.T) {
-			g := newGroup(t, netpoll.Config{Mode: tt.mode, SpinPolicy: netpoll.SpinFixed}) // no spinning: every Read parks
+			g := newGroup(t, cfgOf(t, "mode="+tt.mode+",spin=off")) // no spinning: every Read parks
 			l := listen(t, g, "tcp")
 			client, server := pipe(t, g, l)
 			go func() {
@@ -133,12 +133,12 @@ func TestParkAllocatesNothing(t *testing.T) {
 			for range 100 {
 				roundTrip() // make the channels and timers
 			}
-			parks := g.Stats().Total.ReadParks
+			parks := netpoll.Counters(g).Total.ReadParks
 			if n := testing.AllocsPerRun(1000, roundTrip); n != 0 {
 				t.Errorf("%v allocations per round trip, want 0", n)
 			}
-			if g.Stats().Total.ReadParks-parks < 1000 {
-				t.Errorf("%d parks in 1001 round trips: the reads did not park", g.Stats().Total.ReadParks-parks)
+			if netpoll.Counters(g).Total.ReadParks-parks < 1000 {
+				t.Errorf("%d parks in 1001 round trips: the reads did not park", netpoll.Counters(g).Total.ReadParks-parks)
 			}
 		})
 	}

@@ -135,17 +135,17 @@ func roundTrip(t *testing.T, c net.Conn, msg []byte) {
 
 // eachServeConfig runs f on a group of every registration mode, with
 // short-read skipping on (the hand-off may skip its socket check) and off
-// (it always checks), and on one whose handlers wait inline (WaitInline).
+// (it always checks), and on one whose handlers wait inline (wait=inline).
 func eachServeConfig(t *testing.T, f func(t *testing.T, cfg netpoll.Config)) {
 	for _, m := range modes {
-		for _, sr := range []netpoll.ShortRead{netpoll.ShortReadOn, netpoll.ShortReadOff} {
+		for _, sr := range []string{"on", "off"} {
 			t.Run(fmt.Sprintf("mode=%v/shortread=%v", m, sr), func(t *testing.T) {
-				f(t, netpoll.Config{Mode: m, ShortRead: sr})
+				f(t, cfgOf(t, "mode="+m+",shortread="+sr))
 			})
 		}
 	}
 	t.Run("mode=et/wait=inline", func(t *testing.T) {
-		f(t, netpoll.Config{Wait: netpoll.WaitInline})
+		f(t, cfgOf(t, "wait=inline"))
 	})
 }
 
@@ -197,18 +197,18 @@ func TestServeIdleHoldsNoGoroutine(t *testing.T) {
 			t.Errorf("%d goroutines with %d idle connections, %d before: idle connections hold goroutines", n, conns, goroutines)
 		}
 		st := s.Stats()
-		if st.HandlerStarts != conns*rounds || st.Conns != conns || st.Panics != 0 {
+		if st.HandlerRuns != conns*rounds || st.Conns != conns || st.Panics != 0 {
 			t.Errorf("stats %+v: want %d handler starts, %d conns", st, conns*rounds, conns)
 		}
-		if st.HandOffs < conns*rounds || st.HandOffChecks+st.HandOffSkips < st.HandOffs {
-			t.Errorf("stats %+v: want at least %d hand-offs, each checked or skipped", st, conns*rounds)
+		if ho := readHandOffs(t, s); ho.HandOffs < conns*rounds || ho.Checks+ho.Skips < ho.HandOffs {
+			t.Errorf("hand-offs %+v: want at least %d hand-offs, each checked or skipped", ho, conns*rounds)
 		}
 		// Every call was started by an edge, which the poller counts as a
 		// wakeup (adaptive spinning learns from them). It counts a poll's
 		// wakeups once it has dispatched them all, so the last may be
 		// counted after its handler ran: wait for it.
-		if !await(stop, func() bool { return g.Stats().Total.Woken >= st.HandlerStarts }) {
-			t.Errorf("the pollers counted %d wakeups for %d handler starts", g.Stats().Total.Woken, st.HandlerStarts)
+		if !await(stop, func() bool { return netpoll.Counters(g).Total.Woken >= st.HandlerRuns }) {
+			t.Errorf("the pollers counted %d wakeups for %d handler starts", netpoll.Counters(g).Total.Woken, st.HandlerRuns)
 		}
 		for c, state := range s.Conns() {
 			if state != netpoll.StateIdle || netpoll.ReadState(c) != "serve" {
@@ -295,7 +295,7 @@ func TestServeFramed(t *testing.T) {
 		}
 		wg.Wait()
 		st := s.Stats()
-		if st.HandlerStarts == 0 || st.Panics != 0 {
+		if st.HandlerRuns == 0 || st.Panics != 0 {
 			t.Errorf("stats %+v", st)
 		}
 		s.Shutdown(context.Background())
@@ -398,11 +398,11 @@ func handOffWindow(t *testing.T, cfg netpoll.Config, at, ev string) {
 			// The data reaches the socket, and its edge the descriptor
 			// (ready) before the hand-off goes on; in serve, the edge
 			// starts the handler, whose check waits for the hand-off's
-			// lock. OneShot is not armed in either window (the hand-off
-			// arms it after entering serve, and the kernel then reports
-			// what is queued): no edge comes.
+			// lock. mode=oneshot is not armed in either window (the
+			// hand-off arms it after entering serve, and the kernel then
+			// reports what is queued): no edge comes.
 			await(stop, func() bool { return inq(t, c) > 0 })
-			if cfg.Mode != netpoll.OneShot {
+			if !inExperiment(cfg, "mode=oneshot") {
 				await(stop, func() bool { return netpoll.ReadState(c) == "ready" })
 			}
 		case "close":
@@ -675,7 +675,7 @@ func TestServeHandlerChoices(t *testing.T) {
 		if !netpoll.AwaitReadState(s0, "serve", stop) {
 			t.Fatal("connection 0 never went idle")
 		}
-		starts := s.Stats().HandlerStarts
+		starts := s.Stats().HandlerRuns
 		push := bytes.Repeat([]byte("push"), 4<<20/4)
 		pushed := make(chan error, 1)
 		go func() {
@@ -685,7 +685,7 @@ func TestServeHandlerChoices(t *testing.T) {
 		if !netpoll.AwaitWriteState(s0, "waiting", stop) {
 			t.Fatal("the writer never parked on backpressure")
 		}
-		if st := s.Stats(); st.HandlerStarts != starts || st.Running != 0 || netpoll.ReadState(s0) != "serve" {
+		if st := s.Stats(); st.HandlerRuns != starts || st.Running != 0 || netpoll.ReadState(s0) != "serve" {
 			t.Errorf("stats %+v, read state %s while a writer is parked: want no handler start, none running, serve", st, netpoll.ReadState(s0))
 		}
 		got = make([]byte, len(push))
@@ -695,8 +695,8 @@ func TestServeHandlerChoices(t *testing.T) {
 		if err := <-pushed; err != nil {
 			t.Fatalf("push: %v", err)
 		}
-		if st := s.Stats(); st.HandlerStarts != starts {
-			t.Errorf("%d handler starts after the push, %d before: write readiness started a handler", st.HandlerStarts, starts)
+		if st := s.Stats(); st.HandlerRuns != starts {
+			t.Errorf("%d handler starts after the push, %d before: write readiness started a handler", st.HandlerRuns, starts)
 		}
 
 		// A Read from outside the handler on an idle connection fails
@@ -887,8 +887,8 @@ func TestServeFallback(t *testing.T) {
 	if !await(stop, func() bool { return s.Stats().Idle == conns }) {
 		t.Fatalf("stats %+v: want %d idle", s.Stats(), conns)
 	}
-	if st := s.Stats(); st.HandlerStarts != 3*conns || st.HandOffs != 0 {
-		t.Errorf("stats %+v: want %d starts and no hand-offs (the fallback keeps its goroutines)", st, 3*conns)
+	if st, ho := s.Stats(), readHandOffs(t, s); st.HandlerRuns != 3*conns || ho.HandOffs != 0 {
+		t.Errorf("stats %+v, hand-offs %+v: want %d starts and no hand-offs (the fallback keeps its goroutines)", st, ho, 3*conns)
 	}
 	// EOF: one call that meets it, then closed.
 	before := calls.Load()

@@ -94,7 +94,7 @@ func serveSoak(t *testing.T, cfg netpoll.Config, conns, rounds int, seed uint64)
 	for err := range errs {
 		t.Error(err)
 	}
-	st := s.Stats()
+	st, ho := s.Stats(), readHandOffs(t, s)
 	if err := s.Shutdown(context.Background()); err != nil {
 		t.Errorf("Shutdown: %v", err)
 	}
@@ -114,7 +114,7 @@ func serveSoak(t *testing.T, cfg netpoll.Config, conns, rounds int, seed uint64)
 	done() // the watchdog's goroutine
 	awaitGoroutines(t, goroutines)
 	t.Logf("%d messages, %d bytes echoed and checked, 0 lost; handler calls %d, hand-offs %d (checks %d, skips %d)",
-		echoed.Load(), bytesEchoed.Load(), st.HandlerStarts, st.HandOffs, st.HandOffChecks, st.HandOffSkips)
+		echoed.Load(), bytesEchoed.Load(), st.HandlerRuns, ho.HandOffs, ho.Checks, ho.Skips)
 }
 
 // soakSession echoes the soak's messages, checking each.

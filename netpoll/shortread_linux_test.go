@@ -21,7 +21,7 @@ type shortPath struct {
 	name    string
 	network string
 	queued  int                                 // if the peer is gone: bytes the server must have queued before it reads (else all the peer sent, acked)
-	sticky  uint32                              // event bits the poller must have kept first (EdgeTriggered); 0: none
+	sticky  uint32                              // event bits the poller must have kept first (mode=et); 0: none
 	setup   func(t *testing.T, server net.Conn) // on the server's fd, before the peer sends
 	send    func(t *testing.T, peer net.Conn)   // from the peer (a package net conn)
 	second  func(t *testing.T, n int, err error, b []byte)
@@ -146,26 +146,26 @@ var shortPaths = []shortPath{
 // kernel ends a read short while something is still pending, the data, EOF
 // or error before the server reads, and shows that the Read after the short
 // one returns it with no new traffic: it does not park on the skip. In
-// EdgeTriggered mode the test waits until the poller has delivered the edge
-// and kept its sticky bits, so the short read consumes the only edge that
-// will ever come (the case #8891 hung on). Under WaitInline nobody polls
+// mode=et the test waits until the poller has delivered the edge and kept
+// its sticky bits, so the short read consumes the only edge that will
+// ever come (the case #8891 hung on). Under wait=inline nobody polls
 // while nobody waits: the edge stays in epoll's ready list, no sticky bit
 // is kept, and the second Read's park polls it.
 func TestShortReadPending(t *testing.T) {
-	for _, wait := range []netpoll.Wait{netpoll.WaitNested, netpoll.WaitInline} {
+	for _, wait := range nestedWaits {
 		for _, mode := range modes {
 			for _, p := range shortPaths {
 				t.Run(fmt.Sprintf("%s/%s/%s", wait, mode, p.name), func(t *testing.T) {
-					shortReadPending(t, netpoll.Config{Mode: mode, Wait: wait, ShortRead: netpoll.ShortReadOn}, p)
+					shortReadPending(t, mode, wait, p)
 				})
 			}
 		}
 	}
 }
 
-func shortReadPending(t *testing.T, cfg netpoll.Config, p shortPath) {
-	mode := cfg.Mode
-	g := newGroup(t, cfg)
+// shortReadPending runs p on a group of mode and wait, with short reads on.
+func shortReadPending(t *testing.T, mode, wait string, p shortPath) {
+	g := newGroup(t, cfgOf(t, "mode="+mode+",wait="+wait+",shortread=on"))
 	peer, server := stdPipeTo(t, g, p.network)
 	done, expired := watchdog(t, time.Minute)
 	defer done()
@@ -184,11 +184,11 @@ func shortReadPending(t *testing.T, cfg netpoll.Config, p shortPath) {
 	} else if p.network == "tcp" && !await(expired, func() bool { return outq(t, peer) == 0 }) {
 		t.Fatal("the peer's data was never all acked")
 	}
-	if cfg.Wait == netpoll.WaitInline {
+	if wait == "inline" {
 		// Nothing to wait for: the edge waits in epoll.
-	} else if mode != netpoll.OneShot && !netpoll.AwaitReadState(server, "ready", expired) {
+	} else if mode != "oneshot" && !netpoll.AwaitReadState(server, "ready", expired) {
 		t.Fatal("the poller never delivered the edge")
-	} else if mode == netpoll.EdgeTriggered && !await(expired, func() bool { return netpoll.Sticky(server)&p.sticky == p.sticky }) {
+	} else if mode == "et" && !await(expired, func() bool { return netpoll.Sticky(server)&p.sticky == p.sticky }) {
 		t.Fatalf("the poller never kept sticky bits %#x (has %#x)", p.sticky, netpoll.Sticky(server))
 	}
 	b := make([]byte, 64)
@@ -201,7 +201,7 @@ func shortReadPending(t *testing.T, cfg netpoll.Config, p shortPath) {
 	server.SetReadDeadline(time.Now().Add(20 * time.Second))
 	n, err = server.Read(b)
 	if errorsIs(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("second Read parked with something pending (sticky %#x, stats %+v)", netpoll.Sticky(server), g.Stats().Total)
+		t.Fatalf("second Read parked with something pending (sticky %#x, stats %+v)", netpoll.Sticky(server), netpoll.Counters(g).Total)
 	}
 	p.second(t, n, err, b)
 }
@@ -241,7 +241,7 @@ func outq(t *testing.T, c net.Conn) int {
 
 // TestShortReadSkips counts the skips of a ping-pong: every Read that
 // follows a short one goes to wait without a syscall (ShortSkips counts it
-// whether it then parks or finds an edge), none with ShortReadOff, and none
+// whether it then parks or finds an edge), none with shortread=off, and none
 // once user code has had the fd (RawConn) or a unix socket passes
 // credentials (every recvmsg then reports MSG_CTRUNC).
 func TestShortReadSkips(t *testing.T) {
@@ -249,24 +249,24 @@ func TestShortReadSkips(t *testing.T) {
 	for _, network := range []string{"tcp", "unix"} {
 		for _, tc := range []struct {
 			name      string
-			cfg       netpoll.ShortRead
+			shortread string // the NETPOLL shortread value
 			prepare   func(t *testing.T, server net.Conn)
 			wantSkips uint64
 		}{
 			// rounds data reads plus the EOF read, each but the first after
 			// a short read; the EOF read skips unless the peer's FIN (its
 			// sticky EPOLLRDHUP) got there first.
-			{"on", netpoll.ShortReadOn, nil, rounds},
-			{"default", netpoll.ShortReadDefault, nil, rounds},
-			{"off", netpoll.ShortReadOff, nil, 0},
-			{"rawconn", netpoll.ShortReadOn, func(t *testing.T, s net.Conn) {
+			{"on", "on", nil, rounds},
+			{"default", "default", nil, rounds},
+			{"off", "off", nil, 0},
+			{"rawconn", "on", func(t *testing.T, s net.Conn) {
 				rc, err := s.(syscall.Conn).SyscallConn()
 				if err != nil {
 					t.Fatal(err)
 				}
 				rc.Control(func(uintptr) {})
 			}, 0},
-			{"passcred", netpoll.ShortReadOn, func(t *testing.T, s net.Conn) {
+			{"passcred", "on", func(t *testing.T, s net.Conn) {
 				if network != "unix" {
 					return
 				}
@@ -279,7 +279,7 @@ func TestShortReadSkips(t *testing.T) {
 				continue
 			}
 			t.Run(network+"/"+tc.name, func(t *testing.T) {
-				g := newGroup(t, netpoll.Config{ShortRead: tc.cfg})
+				g := newGroup(t, cfgOf(t, "shortread="+tc.shortread))
 				peer, server := stdPipeTo(t, g, network)
 				if tc.prepare != nil {
 					tc.prepare(t, server)
@@ -325,7 +325,7 @@ func TestShortReadSkips(t *testing.T) {
 				case <-expired:
 					t.Fatal("the echo goroutine never saw EOF")
 				}
-				st := g.Stats().Total
+				st := netpoll.Counters(g).Total
 				if st.ShortSkips != tc.wantSkips && (tc.wantSkips == 0 || st.ShortSkips != tc.wantSkips-1 || netpoll.Sticky(server)&unix.EPOLLRDHUP == 0) {
 					t.Errorf("ShortSkips = %d, want %d (EAGAIN %d, parks %d, sticky %#x)", st.ShortSkips, tc.wantSkips, st.EAGAIN, st.ReadParks, netpoll.Sticky(server))
 				}
@@ -351,7 +351,7 @@ func TestShortWrite(t *testing.T) {
 	for _, mode := range modes {
 		for _, reset := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/reset=%v", mode, reset), func(t *testing.T) {
-				g := newGroup(t, netpoll.Config{Mode: mode, ShortRead: netpoll.ShortReadOn})
+				g := newGroup(t, cfgOf(t, "mode="+mode+",shortread=on"))
 				peer, server := stdPipeTo(t, g, "tcp")
 				done, expired := watchdog(t, time.Minute)
 				defer done()
@@ -371,8 +371,8 @@ func TestShortWrite(t *testing.T) {
 				if !netpoll.AwaitWriteState(server, "waiting", expired) {
 					t.Fatal("the writer never parked")
 				}
-				if s := g.Stats().Total.ShortSkips; s == 0 {
-					t.Errorf("ShortSkips = 0 after a short write, want the write after it to wait first (EAGAIN %d)", g.Stats().Total.EAGAIN)
+				if s := netpoll.Counters(g).Total.ShortSkips; s == 0 {
+					t.Errorf("ShortSkips = 0 after a short write, want the write after it to wait first (EAGAIN %d)", netpoll.Counters(g).Total.EAGAIN)
 				}
 				if reset {
 					peer.(*net.TCPConn).SetLinger(0)
@@ -456,21 +456,21 @@ func TestShortReadListenerOptions(t *testing.T) {
 			}
 		}, lowat},
 	}
-	for _, sh := range []netpoll.Sharing{netpoll.Single, netpoll.Exclusive, netpoll.ReusePort} {
+	for _, sh := range []string{"single", "exclusive", "reuseport"} {
 		for _, mode := range modes {
 			for _, via := range vias {
-				if via.name == "file" && sh == netpoll.ReusePort {
+				if via.name == "file" && sh == "reuseport" {
 					continue // File refuses a listener of several sockets
 				}
-				if via.name == "rawread" && sh != netpoll.Single {
+				if via.name == "rawread" && sh != "single" {
 					continue // a shared listener refuses raw Read
 				}
 				t.Run(fmt.Sprintf("sharing=%s/mode=%s/%s", sh, mode, via.name), func(t *testing.T) {
-					cfg := netpoll.Config{Mode: mode, Sharing: sh, ShortRead: netpoll.ShortReadOn}
-					if sh != netpoll.Single {
-						cfg.Pollers = 2
+					set := "mode=" + mode + ",sharing=" + sh + ",shortread=on"
+					if sh != "single" {
+						set += ",pollers=2"
 					}
-					g := newGroup(t, cfg)
+					g := newGroup(t, cfgOf(t, set))
 					l := listen(t, g, "tcp").(*netpoll.Listener)
 					if via.set != nil {
 						via.set(t, l)
@@ -487,7 +487,7 @@ func TestShortReadListenerOptions(t *testing.T) {
 					if via.set != nil {
 						wantSkips, wantRaw = 0, true
 					}
-					if s := g.Stats().Total.ShortSkips; s != wantSkips {
+					if s := netpoll.Counters(g).Total.ShortSkips; s != wantSkips {
 						t.Errorf("ShortSkips = %d, want %d", s, wantSkips)
 					}
 					if raw := netpoll.Sticky(server)&netpoll.StickyRaw != 0; raw != wantRaw {
@@ -502,15 +502,15 @@ func TestShortReadListenerOptions(t *testing.T) {
 // shortReadBelowMark has the peer send 100 bytes, which the server reads
 // short into 4 KiB, then 10 more, and reads them: the second Read must
 // return the 10 bytes, with SO_RCVLOWAT above 10 as without.
-func shortReadBelowMark(t *testing.T, g *netpoll.Group, mode netpoll.Mode, peer, server net.Conn, expired <-chan struct{}) {
+func shortReadBelowMark(t *testing.T, g *netpoll.Group, mode string, peer, server net.Conn, expired <-chan struct{}) {
 	t.Helper()
 	write(t, peer, string(bytes.Repeat([]byte("a"), 100)))
 	if !await(expired, func() bool { return inq(t, server) == 100 }) {
 		t.Fatal("the server never had the 100 bytes queued")
 	}
-	// The edge delivered first, so the short read consumes it (OneShot
+	// The edge delivered first, so the short read consumes it (oneshot
 	// registers disarmed: no edge until a park arms it).
-	if mode != netpoll.OneShot && !netpoll.AwaitReadState(server, "ready", expired) {
+	if mode != "oneshot" && !netpoll.AwaitReadState(server, "ready", expired) {
 		t.Fatal("the poller never delivered the edge")
 	}
 	b := make([]byte, 4096)
@@ -526,7 +526,7 @@ func shortReadBelowMark(t *testing.T, g *netpoll.Group, mode netpoll.Mode, peer,
 	server.SetReadDeadline(time.Now().Add(10 * time.Second))
 	n, err := server.Read(b)
 	if errorsIs(err, os.ErrDeadlineExceeded) {
-		t.Fatalf("second Read parked with 10 bytes queued below the mark (sticky %#x, stats %+v)", netpoll.Sticky(server), g.Stats().Total)
+		t.Fatalf("second Read parked with 10 bytes queued below the mark (sticky %#x, stats %+v)", netpoll.Sticky(server), netpoll.Counters(g).Total)
 	}
 	if n != 10 || err != nil || string(b[:n]) != "0123456789" {
 		t.Fatalf("second Read = %q, %v; want the 10 bytes", b[:n], err)
@@ -540,7 +540,7 @@ func shortReadBelowMark(t *testing.T, g *netpoll.Group, mode netpoll.Mode, peer,
 // not skip: the Listener's flag is set before user code runs and read after
 // accept4.
 func TestShortReadListenerOptionsLater(t *testing.T) {
-	g := newGroup(t, netpoll.Config{ShortRead: netpoll.ShortReadOn})
+	g := newGroup(t, cfgOf(t, "shortread=on"))
 	l := listen(t, g, "tcp").(*netpoll.Listener)
 	done, expired := watchdog(t, time.Minute)
 	defer done()
@@ -567,9 +567,9 @@ func TestShortReadListenerOptionsLater(t *testing.T) {
 		if v, err := unix.GetsockoptInt(netpoll.FD(c.conn), unix.SOL_SOCKET, unix.SO_RCVLOWAT); err != nil || v != c.lowat {
 			t.Fatalf("%s: SO_RCVLOWAT = %d, %v; want %d", c.name, v, err, c.lowat)
 		}
-		skips := g.Stats().Total.ShortSkips
-		shortReadBelowMark(t, g, netpoll.EdgeTriggered, c.peer, c.conn, expired)
-		if got := g.Stats().Total.ShortSkips - skips; got != c.skips {
+		skips := netpoll.Counters(g).Total.ShortSkips
+		shortReadBelowMark(t, g, "et", c.peer, c.conn, expired)
+		if got := netpoll.Counters(g).Total.ShortSkips - skips; got != c.skips {
 			t.Errorf("%s: ShortSkips += %d, want %d", c.name, got, c.skips)
 		}
 		if raw := netpoll.Sticky(c.conn)&netpoll.StickyRaw != 0; raw != c.raw {

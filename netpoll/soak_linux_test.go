@@ -93,16 +93,16 @@ func TestSoak(t *testing.T) {
 	for _, mode := range modes {
 		for _, sh := range sharings {
 			waits := nestedWaits
-			if sh == netpoll.Exclusive {
-				waits = []netpoll.Wait{netpoll.WaitBlock} // New refuses exclusive with nested pollers
+			if sh == "exclusive" {
+				waits = []string{"block"} // New refuses exclusive with nested pollers
 			}
 			for _, sp := range spins {
 				for _, wait := range waits {
-					if wait == netpoll.WaitInline && sp.Spin != 0 {
+					if wait == "inline" && sp.budget {
 						continue // New refuses a spin budget with wait=inline (TestNewRejectsOutOfRange)
 					}
-					cfg := netpoll.Config{Mode: mode, Pollers: 2, Sharing: sh, Spin: sp.Spin, SpinPolicy: sp.SpinPolicy, Wait: wait}
-					name := fmt.Sprintf("mode=%s/sharing=%s/spin=%s/wait=%s", mode, sh, spinName(sp), wait)
+					cfg := cfgOf(t, join("mode="+mode, "pollers=2", "sharing="+sh, sp.set, "wait="+wait))
+					name := fmt.Sprintf("mode=%s/sharing=%s/spin=%s/wait=%s", mode, sh, sp.name, wait)
 					t.Run(name, func(t *testing.T) {
 						r := soak(t, cfg, conns, rounds, pool, seed+uint64(configs))
 						total.roundTrips += r.roundTrips
@@ -118,17 +118,18 @@ func TestSoak(t *testing.T) {
 }
 
 // spins are the spin settings every soak and leak test runs: never, a
-// fixed budget, forever, and the default (SpinAuto).
-var spins = []netpoll.Config{{SpinPolicy: netpoll.SpinFixed}, {Spin: time.Millisecond}, {Spin: -1}, {}}
-
-func spinName(c netpoll.Config) string {
-	switch {
-	case c.SpinPolicy == netpoll.SpinAuto, c.SpinPolicy == netpoll.SpinDefault && c.Spin == 0:
-		return "auto"
-	case c.Spin < 0:
-		return "forever"
-	}
-	return c.Spin.String()
+// fixed budget, forever, and the default (adaptive, but with wait=block,
+// where a poller never spins adaptively). name is the one the subtests
+// had when these were Config fields; set is the NETPOLL setting, empty for
+// the default; budget is a fixed budget, which wait=inline refuses.
+var spins = []struct {
+	name, set string
+	budget    bool
+}{
+	{"0s", "spin=off", false},
+	{"1ms", "spin=1ms", true},
+	{"forever", "spin=forever", true},
+	{"auto", "", false},
 }
 
 // soakTally counts one client's work: round trips and payload bytes sent
@@ -161,7 +162,7 @@ func soak(t *testing.T, cfg netpoll.Config, conns, rounds int, pool []byte, seed
 // soakRun dials conns connections to a listener of a new group, runs the
 // round trips, closes everything and returns what was echoed and the
 // group's counters.
-func soakRun(t *testing.T, cfg netpoll.Config, conns, rounds int, pool []byte, seed uint64) (soakTally, netpoll.Stats) {
+func soakRun(t *testing.T, cfg netpoll.Config, conns, rounds int, pool []byte, seed uint64) (soakTally, netpoll.GroupStats) {
 	g, err := netpoll.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -251,7 +252,7 @@ func soakRun(t *testing.T, cfg netpoll.Config, conns, rounds int, pool []byte, s
 			}
 		}
 		t.Fatalf("%d of %d connections hung (a lost wakeup?); conn %d after %d of %d round trips, its read side %s, write side %s; stats %+v",
-			stuck, conns, example, progress[example].Load(), rounds, netpoll.ReadState(clients[example]), netpoll.WriteState(clients[example]), g.Stats().Total)
+			stuck, conns, example, progress[example].Load(), rounds, netpoll.ReadState(clients[example]), netpoll.WriteState(clients[example]), netpoll.Counters(g).Total)
 	}
 	close(errc)
 	for err := range errc {
@@ -285,7 +286,7 @@ func soakRun(t *testing.T, cfg netpoll.Config, conns, rounds int, pool []byte, s
 	if err := <-acceptDone; err != nil {
 		t.Error(err)
 	}
-	st := g.Stats()
+	st := netpoll.Counters(g)
 	if st.Total.Accepts != uint64(conns) {
 		t.Errorf("Stats: %d accepts, want %d", st.Total.Accepts, conns)
 	}

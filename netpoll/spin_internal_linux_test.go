@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// The SpinAuto policy on a simulated clock: a loop that polls every
+// The adaptive spinning policy on a simulated clock: a loop that polls every
 // pollCost while it spins, blocks when the policy says so and is woken
 // wakeLatency after the event that ends the idle period. Each case checks
 // counts and the written bound (spin_linux.go), never the machine's speed.

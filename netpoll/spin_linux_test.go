@@ -1,6 +1,7 @@
 package netpoll_test
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"testing"
@@ -9,15 +10,15 @@ import (
 	"github.com/edgepoll/edgepoll/netpoll"
 )
 
-// TestSpinForever: with Spin < 0 the poller never blocks while traffic
+// TestSpinForever: with spin=forever the poller never blocks while traffic
 // runs; it finds the events of a 10,000-round-trip ping-pong by polling.
 func TestSpinForever(t *testing.T) {
 	const rounds = 10000
-	g := newGroup(t, netpoll.Config{Spin: -1})
+	g := newGroup(t, cfgOf(t, "spin=forever"))
 	client, server := pipe(t, g, listen(t, g, "tcp"))
-	before := g.Stats().Total
+	before := netpoll.Counters(g).Total
 	pingPongConn(t, client, server, rounds)
-	after := g.Stats().Total
+	after := netpoll.Counters(g).Total
 	if n := after.BlockingWaits - before.BlockingWaits; n != 0 {
 		t.Errorf("spinning poller blocked %d times during %d round trips, want 0", n, rounds)
 	}
@@ -26,15 +27,15 @@ func TestSpinForever(t *testing.T) {
 	}
 }
 
-// TestSpinBudget: with Spin = 1ms the poller spins while traffic runs and
+// TestSpinBudget: with spin=1ms the poller spins while traffic runs and
 // blocks again once it stops.
 func TestSpinBudget(t *testing.T) {
-	for _, wait := range []netpoll.Wait{netpoll.WaitNested, netpoll.WaitBlock} {
-		t.Run("wait="+wait.String(), func(t *testing.T) {
-			g := newGroup(t, netpoll.Config{Spin: time.Millisecond, Wait: wait})
+	for _, wait := range []string{"nested", "block"} {
+		t.Run("wait="+wait, func(t *testing.T) {
+			g := newGroup(t, cfgOf(t, "spin=1ms,wait="+wait))
 			client, server := pipe(t, g, listen(t, g, "tcp"))
 			pingPongConn(t, client, server, 1000)
-			spun := g.Stats().Total
+			spun := netpoll.Counters(g).Total
 			if spun.SpinHits == 0 {
 				t.Errorf("no spin poll found events during the ping-pong (spin polls %d)", spun.SpinPolls)
 			}
@@ -42,32 +43,42 @@ func TestSpinBudget(t *testing.T) {
 			// blocked exactly when it has blocked once more than it has woken.
 			done, expired := watchdog(t, time.Minute)
 			defer done()
-			blocked := func() bool { s := g.Stats().Total; return s.BlockingWaits == s.Wakeups+1 }
+			blocked := func() bool { s := netpoll.Counters(g).Total; return s.BlockingWaits == s.Wakeups+1 }
 			if !await(expired, blocked) {
-				t.Fatalf("poller never blocked after traffic stopped: %+v", g.Stats().Total)
+				t.Fatalf("poller never blocked after traffic stopped: %+v", netpoll.Counters(g).Total)
 			}
 		})
 	}
 }
 
-// TestSpinAuto: with SpinAuto and back-to-back traffic the poller spins
+// TestSpinAuto: with spin=auto and back-to-back traffic the poller spins
 // through idle periods and finds the events by spinning; once the traffic
 // stops it gives up within its budget and blocks. The wakeup cost and the
 // cost of a block are set to 500µs (budget 1ms), so that a ping-pong's
 // gaps are inside the budget even under the race detector on a loaded
-// machine. A WaitBlock poller never spins under SpinAuto: on its locked
+// machine. A wait=block poller never spins adaptively: on its locked
 // thread a yield between spin polls is a thread hand-off, which costs what
-// the block it would save costs (TestSpinAutoSeveralPollers). Under
-// WaitInline the operation waiting on the epoll fd spins; it gives its
+// the block it would save costs (TestSpinAutoSeveralPollers), so
+// spin=auto with wait=block is refused, and the default spinning there is
+// none. Under wait=inline the operation waiting on the epoll fd spins; it gives its
 // spinning slot up whenever it leaves the role, so none is held once the
 // connections are closed and nobody waits.
 func TestSpinAuto(t *testing.T) {
 	defer netpoll.SetSpinCosts(500*time.Microsecond, 500*time.Microsecond)()
-	for _, wait := range []netpoll.Wait{netpoll.WaitNested, netpoll.WaitBlock, netpoll.WaitInline} {
-		t.Run("wait="+wait.String(), func(t *testing.T) {
-			g := newGroup(t, netpoll.Config{SpinPolicy: netpoll.SpinAuto, Wait: wait})
+	for _, wait := range []string{"nested", "block", "inline"} {
+		t.Run("wait="+wait, func(t *testing.T) {
+			set := "spin=auto,wait=" + wait
+			if wait == "block" {
+				_, err := netpoll.ParseConfig(set)
+				var ce *netpoll.ConfigError
+				if !errors.As(err, &ce) || ce.Key != "spin" || ce.Value != "auto" {
+					t.Errorf("ParseConfig(%q) = %v; want a *ConfigError for spin \"auto\"", set, err)
+				}
+				set = "wait=block" // the default spinning, adaptive on the other waits
+			}
+			g := newGroup(t, cfgOf(t, set))
 			var client, server net.Conn
-			if wait == netpoll.WaitInline {
+			if wait == "inline" {
 				// A client on package net: with both ends on the group, each
 				// park finds the peer's event already there and steps aside,
 				// so no idle moment comes to spin through.
@@ -76,10 +87,10 @@ func TestSpinAuto(t *testing.T) {
 				client, server = pipe(t, g, listen(t, g, "tcp"))
 			}
 			pingPongConn(t, client, server, 2000)
-			s := g.Stats()
-			if wait == netpoll.WaitBlock {
+			s := netpoll.Counters(g)
+			if wait == "block" {
 				if s.Total.SpinPolls != 0 || s.Total.SpinDecisions != 0 || s.WakeCost != 0 {
-					t.Errorf("a thread poller under SpinAuto: %d spin polls, %d spins, wake cost %v; want none", s.Total.SpinPolls, s.Total.SpinDecisions, s.WakeCost)
+					t.Errorf("a thread poller with the default spinning: %d spin polls, %d spins, wake cost %v; want none", s.Total.SpinPolls, s.Total.SpinDecisions, s.WakeCost)
 				}
 				return
 			}
@@ -92,23 +103,23 @@ func TestSpinAuto(t *testing.T) {
 			}
 			done, expired := watchdog(t, time.Minute)
 			defer done()
-			// The poller's goroutine blocks at the end; under WaitInline
+			// The poller's goroutine blocks at the end; under wait=inline
 			// nobody waits once the server's goroutine has returned.
 			parked := uint64(1)
-			if wait == netpoll.WaitInline {
+			if wait == "inline" {
 				parked = 0
 			}
 			settled := func() bool {
-				s := g.Stats().Total
+				s := netpoll.Counters(g).Total
 				return s.BlockingWaits == s.Wakeups+parked && s.SpinFound+s.SpinGaveUp == s.SpinDecisions
 			}
 			if !await(expired, settled) {
-				t.Fatalf("poller never stopped spinning and blocked after traffic stopped: %+v", g.Stats().Total)
+				t.Fatalf("poller never stopped spinning and blocked after traffic stopped: %+v", netpoll.Counters(g).Total)
 			}
-			if s := g.Stats().Total; s.SpinTime <= 0 || s.SpinGaveUp == 0 {
+			if s := netpoll.Counters(g).Total; s.SpinTime <= 0 || s.SpinGaveUp == 0 {
 				t.Errorf("after idle: spin time %v, %d spins gave up; want the last spin given up", s.SpinTime, s.SpinGaveUp)
 			}
-			if wait == netpoll.WaitInline {
+			if wait == "inline" {
 				client.Close()
 				server.Close()
 				if n := netpoll.Spinners(); n != 0 {
@@ -120,11 +131,11 @@ func TestSpinAuto(t *testing.T) {
 }
 
 // TestSpinAutoSeveralPollers streams connections, one at a time, to a
-// listener shared by 8 pollers with the default spinning (SpinAuto) in
-// every Sharing × Wait, and counts what issue 21 found adaptive spinning
+// listener shared by 8 pollers with the default spinning (adaptive) in
+// every sharing × wait, and counts what issue 21 found adaptive spinning
 // doing there:
 //
-//   - Thread pollers (WaitBlock, the default with Exclusive) spun: each
+//   - Thread pollers (wait=block, the default with Exclusive) spun: each
 //     spin poll yields the P of a locked thread, a thread hand-off, and
 //     spinning took Exclusive from 4 context switches per accept to 20. A
 //     thread poller must make no spin poll at all.
@@ -148,18 +159,18 @@ func TestSpinAuto(t *testing.T) {
 // spin=0.
 func TestSpinAutoSeveralPollers(t *testing.T) {
 	const conns, pollers = 2000, 8
-	for _, wait := range []netpoll.Wait{netpoll.WaitDefault, netpoll.WaitNested, netpoll.WaitBlock} {
+	for _, wait := range []string{"default", "nested", "block"} {
 		for _, sh := range sharings {
-			if sh == netpoll.Exclusive && wait == netpoll.WaitNested || sh != netpoll.Exclusive && wait == netpoll.WaitDefault {
+			if sh == "exclusive" && wait == "nested" || sh != "exclusive" && wait == "default" {
 				continue // refused, or the same as nested
 			}
 			t.Run(fmt.Sprintf("wait=%s/sharing=%s", wait, sh), func(t *testing.T) {
-				r := acceptStream(t, netpoll.Config{Pollers: pollers, Sharing: sh, Wait: wait}, conns)
+				r := acceptStream(t, pollers, sh, wait, conns)
 				s := r.stats
 				t.Logf("per accept: %.2f epoll_wait (%.2f empty), %.2f wakeups, %.2f woken, %.2f accept EAGAIN, %.2f spin polls; %d spins, %d found, %d gave up",
 					float64(s.EpollWaits)/conns, float64(s.EmptyPolls)/conns, float64(s.Wakeups)/conns, float64(s.Woken)/conns,
 					float64(s.AcceptEAGAIN)/conns, float64(s.SpinPolls)/conns, s.SpinDecisions, s.SpinFound, s.SpinGaveUp)
-				if wait != netpoll.WaitNested {
+				if wait != "nested" {
 					if s.SpinPolls != 0 || s.SpinDecisions != 0 {
 						t.Errorf("thread pollers made %d spin polls (%d spins) for %d accepts; want none", s.SpinPolls, s.SpinDecisions, conns)
 					}

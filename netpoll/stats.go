@@ -203,7 +203,12 @@ var statTable = func() []stat {
 	server := func(name, desc string, cumulative bool, read func(*serverCounters) uint64) {
 		t = append(t, stat{StatDescription{name, desc, cumulative, true}, func(s *statSource) uint64 { return read(s.s) }})
 	}
-	gauge("/netpoll/pollers:pollers", "Pollers in the group (ReadPollerStats numbers them from 0).", false, func(s *statSource) uint64 { return uint64(len(s.g.Pollers)) })
+	gauge("/netpoll/pollers:pollers", "Pollers the figures cover: the group's (ReadPollerStats numbers them from 0), or 1 for one poller's.", false, func(s *statSource) uint64 {
+		if s.p != &s.g.Total {
+			return 1
+		}
+		return uint64(len(s.g.Pollers))
+	})
 	gauge("/netpoll/conns:conns", "Connections open now, accepted and dialed.", false, func(s *statSource) uint64 { return s.p.Conns })
 	gauge("/netpoll/descriptors:descriptors", "Descriptors registered now: connections and listener registrations.", false, func(s *statSource) uint64 { return s.p.Descriptors })
 	counter("/netpoll/accepts:conns", "Connections accepted.", cAccepts)

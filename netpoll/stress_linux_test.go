@@ -25,9 +25,9 @@ func TestPingPongStress(t *testing.T) {
 		conns, rounds = 20, 200
 	}
 	for _, mode := range modes {
-		for _, wait := range []netpoll.Wait{netpoll.WaitNested, netpoll.WaitBlock, netpoll.WaitInline} {
+		for _, wait := range []string{"nested", "block", "inline"} {
 			t.Run(fmt.Sprintf("mode=%s/wait=%s", mode, wait), func(t *testing.T) {
-				g := newGroup(t, netpoll.Config{Mode: mode, Wait: wait})
+				g := newGroup(t, cfgOf(t, "mode="+mode+",wait="+wait))
 				pingPong(t, g, conns, rounds)
 			})
 		}
@@ -90,7 +90,7 @@ func pingPong(t *testing.T, g *netpoll.Group, conns, rounds int) {
 	select {
 	case <-finished:
 	case <-expired:
-		t.Fatalf("ping-pong hung: a wakeup was lost (stats %+v)", g.Stats().Total)
+		t.Fatalf("ping-pong hung: a wakeup was lost (stats %+v)", netpoll.Counters(g).Total)
 	}
 	close(errc)
 	for err := range errc {
@@ -102,19 +102,24 @@ func pingPong(t *testing.T, g *netpoll.Group, conns, rounds int) {
 // group used are gone, even with connections and listeners left open and
 // operations blocked.
 func TestCloseLeavesNothing(t *testing.T) {
-	var cfgs []netpoll.Config
-	for _, wait := range []netpoll.Wait{netpoll.WaitNested, netpoll.WaitBlock} {
-		for _, sh := range []netpoll.Sharing{netpoll.Single, netpoll.Exclusive, netpoll.WakeAll, netpoll.ReusePort} {
-			if sh == netpoll.Exclusive && wait == netpoll.WaitNested {
+	type config struct{ name, set string }
+	var cfgs []config
+	for _, wait := range []string{"nested", "block"} {
+		for _, sh := range []string{"single", "exclusive", "wakeall", "reuseport"} {
+			if sh == "exclusive" && wait == "nested" {
 				continue // refused by New
 			}
 			for _, sp := range spins {
-				cfgs = append(cfgs, netpoll.Config{Wait: wait, Pollers: 3, Sharing: sh, Spin: sp.Spin, SpinPolicy: sp.SpinPolicy})
+				cfgs = append(cfgs, config{
+					fmt.Sprintf("wait=%s/sharing=%s/spin=%s", wait, sh, sp.name),
+					join("wait="+wait, "pollers=3", "sharing="+sh, sp.set),
+				})
 			}
 		}
 	}
-	for _, cfg := range cfgs {
-		t.Run(fmt.Sprintf("wait=%s/sharing=%s/spin=%s", cfg.Wait, cfg.Sharing, spinName(cfg)), func(t *testing.T) {
+	for _, c := range cfgs {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := cfgOf(t, c.set)
 			goroutines, fds := runtime.NumGoroutine(), countFDs(t)
 			g, err := netpoll.New(cfg)
 			if err != nil {

@@ -99,14 +99,14 @@ func TestFileServerSendfile(t *testing.T) {
 		path := writeFile(t, "payload.bin", data)
 		for _, mode := range modes {
 			t.Run(fmt.Sprintf("size=%dMiB/mode=%v", size/mib, mode), func(t *testing.T) {
-				g := newGroup(t, netpoll.Config{Mode: mode})
+				g := newGroup(t, cfgOf(t, "mode="+mode))
 				l := listen(t, g, "tcp")
 				fileServer(t, l, path)
 				tr := &http.Transport{}
 				defer tr.CloseIdleConnections()
 				client := &http.Client{Transport: tr}
 				for i, url := range []string{"/fs/payload.bin", "/sc"} {
-					before := g.Stats().Total
+					before := netpoll.Counters(g).Total
 					n, sum := get(t, client, "http://"+l.Addr().String()+url)
 					if n != int64(size) || sum != want {
 						t.Fatalf("%s: %d bytes, sha256 %x; want %d bytes, %x", url, n, sum[:8], size, want[:8])
@@ -115,9 +115,9 @@ func TestFileServerSendfile(t *testing.T) {
 					// which may be after the client has the last byte.
 					want := before.SendfileBytes + uint64(size-sniffLen)
 					done, expired := watchdog(t, 30*time.Second)
-					await(expired, func() bool { return g.Stats().Total.SendfileBytes >= want })
+					await(expired, func() bool { return netpoll.Counters(g).Total.SendfileBytes >= want })
 					done()
-					st := g.Stats().Total
+					st := netpoll.Counters(g).Total
 					if got := st.SendfileBytes - before.SendfileBytes; got != uint64(size-sniffLen) {
 						t.Errorf("%s (request %d): %d bytes by sendfile, want %d", url, i, got, size-sniffLen)
 					}
@@ -226,7 +226,7 @@ func fileServerChild() {
 	done := make(chan struct{})
 	mux := fileMux(os.Getenv("NETPOLL_TEST_FILESERVER"))
 	mux.HandleFunc("/stats", func(w http.ResponseWriter, r *http.Request) {
-		st := g.Stats().Total
+		st := netpoll.Counters(g).Total
 		fmt.Fprintf(w, "sendfiles=%d bytes=%d", st.Sendfiles, st.SendfileBytes)
 		close(done)
 	})
@@ -278,13 +278,13 @@ func TestSpliceProxy(t *testing.T) {
 	}
 	for _, mode := range modes {
 		for _, sh := range shapes {
-			if sh.size > 8*mib && mode != netpoll.EdgeTriggered && testing.Short() {
+			if sh.size > 8*mib && mode != "et" && testing.Short() {
 				continue
 			}
 			t.Run(fmt.Sprintf("mode=%v/%s", mode, sh.name), func(t *testing.T) {
 				done, expired := watchdog(t, 2*time.Minute)
 				defer done()
-				g := newGroup(t, netpoll.Config{Mode: mode})
+				g := newGroup(t, cfgOf(t, "mode="+mode))
 				// in: sender -> proxy's src; out: proxy's dst -> receiver.
 				lin := listen(t, g, sh.network)
 				sender, src := connPair(t, g, lin, true)
@@ -357,7 +357,7 @@ func TestSpliceProxy(t *testing.T) {
 						t.Fatalf("after the limit the source reads %q, %v; want %q", rest, err, extra)
 					}
 				}
-				st := g.Stats().Total
+				st := netpoll.Counters(g).Total
 				if st.SpliceBytes != uint64(sh.size) || st.Splices == 0 {
 					t.Errorf("Stats: %d splice calls moved %d bytes, want %d bytes", st.Splices, st.SpliceBytes, sh.size)
 				}
@@ -402,7 +402,7 @@ func TestZeroCopyParkedRelease(t *testing.T) {
 				t.Run(fmt.Sprintf("mode=%v/%s/%s", mode, kind, how), func(t *testing.T) {
 					done, expired := watchdog(t, time.Minute)
 					defer done()
-					g := newGroup(t, netpoll.Config{Mode: mode})
+					g := newGroup(t, cfgOf(t, "mode="+mode))
 					l := listen(t, g, "tcp")
 					peer, c := pipe(t, g, l)
 					parkDir := "write"
@@ -492,7 +492,7 @@ func TestReadFromFallback(t *testing.T) {
 	if !bytesEqual(recv(200*kib), data[:200*kib]) {
 		t.Fatal("pipe: wrong bytes")
 	}
-	if st := g.Stats().Total; st.SendfileBytes != 0 || st.SpliceBytes != 0 {
+	if st := netpoll.Counters(g).Total; st.SendfileBytes != 0 || st.SpliceBytes != 0 {
 		t.Fatalf("copies counted as zero copy: %+v", st)
 	}
 	// A LimitedReader around a file, from offset 1 MiB.
@@ -521,7 +521,7 @@ func TestReadFromFallback(t *testing.T) {
 	if !bytesEqual(recv(mib-5), data[2*mib+5:]) {
 		t.Fatal("file: wrong bytes")
 	}
-	if st := g.Stats().Total; st.SendfileBytes != 2*mib {
+	if st := netpoll.Counters(g).Total; st.SendfileBytes != 2*mib {
 		t.Fatalf("Stats: %d bytes by sendfile, want %d", st.SendfileBytes, 2*mib)
 	}
 }
@@ -533,10 +533,10 @@ func TestReadFromFallback(t *testing.T) {
 // will not come.
 func TestSpliceAfterShortRead(t *testing.T) {
 	for _, mode := range modes {
-		t.Run("mode="+mode.String(), func(t *testing.T) {
+		t.Run("mode="+mode, func(t *testing.T) {
 			done, expired := watchdog(t, 30*time.Second)
 			defer done()
-			g := newGroup(t, netpoll.Config{Mode: mode, ShortRead: netpoll.ShortReadOn})
+			g := newGroup(t, cfgOf(t, "mode="+mode+",shortread=on"))
 			l := listen(t, g, "tcp")
 			client, server := pipe(t, g, l)
 			_, sink := pipe(t, g, l)
@@ -574,7 +574,7 @@ func TestSpliceAfterShortRead(t *testing.T) {
 // TestConnFile: File is a dup that outlives neither side's Close, reaches
 // the same socket, and turns short-read skipping off.
 func TestConnFile(t *testing.T) {
-	g := newGroup(t, netpoll.Config{ShortRead: netpoll.ShortReadOn})
+	g := newGroup(t, cfgOf(t, "shortread=on"))
 	l := listen(t, g, "tcp")
 	client, server := pipe(t, g, l)
 	fds := countFDs(t)
