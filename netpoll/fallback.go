@@ -55,9 +55,10 @@ type rawWaiter struct {
 	check func(fd uintptr) bool // w.readable
 
 	// What the last wait saw.
-	waited bool  // the wait began: its deadline had not passed at the start
+	waited bool  // the wait began: its deadline had not passed at the start (Windows: it ended readable)
 	hangUp bool  // readable for a hang-up or an error alone, with no data queued
 	perr   error // poll's error
+	asked  bool  // Windows: readable has let RawConn.Read wait once (rawwait_windows.go)
 }
 
 // wait waits until the socket is readable: the callback asks the socket
@@ -65,7 +66,7 @@ type rawWaiter struct {
 // to wait for the next edge, so data queued before the wait is seen (the
 // CL 22031 hazard: the runtime resets its readiness before the first call).
 func (w *rawWaiter) wait() error {
-	w.waited, w.hangUp, w.perr = false, false, nil
+	w.waited, w.hangUp, w.perr, w.asked = false, false, nil, false
 	if err := w.rc.Read(w.check); err != nil {
 		return err
 	}

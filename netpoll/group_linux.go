@@ -62,8 +62,6 @@ func (g *Group) pick() *poller {
 	return g.pollers[int(g.next.Add(1))%len(g.pollers)]
 }
 
-var errGroupClosed = fmt.Errorf("netpoll: group closed: %w", net.ErrClosed)
-
 func (g *Group) checkOpen() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()

@@ -72,6 +72,8 @@ func DialContext(ctx context.Context, network, address string) (*Conn, error) {
 	return g.Dial(ctx, network, address)
 }
 
+var errGroupClosed = fmt.Errorf("netpoll: group closed: %w", net.ErrClosed)
+
 // ErrSharedListener is wrapped by the errors of what a listener shared by
 // pollers (Sharing Exclusive, wakeAll, ReusePort) cannot do: a raw Read or
 // Write, and File of a ReusePort listener with more than one socket. It
