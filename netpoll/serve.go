@@ -23,6 +23,15 @@ var handlerLabels = pprof.WithLabels(context.Background(), pprof.Labels("netpoll
 // package net's, is served by the fallback: one goroutine per connection
 // that waits for readability with no buffer (RawConn.Read with a poll(2)
 // check), then calls the same handler, so a program switches with a flag.
+//
+// On other systems than Linux every connection is served by the fallback.
+// On other Unix systems it checks the socket with poll(2) and FIONREAD. On
+// Windows it waits with the zero-byte receive package net's RawConn.Read
+// waits with, and reads the queue with FIONREAD; a read deadline that
+// ends its wait closes the connection there, since the wait cannot tell
+// one that passed while it waited from one already past. Where package
+// net cannot wait without a read (plan9, js, wasip1) the handler is
+// called again as soon as it returns, and its Read waits.
 func (s *Server) Serve(l net.Listener) error {
 	if s.Handler == nil && s.NewHandler == nil {
 		return errors.New("netpoll: Server has no Handler or NewHandler")
