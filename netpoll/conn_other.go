@@ -62,10 +62,13 @@ func (c *Conn) Write(b []byte) (int, error) { return c.conn.Write(b) }
 // an error wrapping net.ErrClosed. Calling it again returns such an error
 // too.
 func (c *Conn) Close() error {
-	err := c.conn.Close()
-	if c.closed.CompareAndSwap(false, true) {
-		c.g.forget(c)
+	if !c.closed.CompareAndSwap(false, true) {
+		// Said here, not left to package net, whose in-process network
+		// (js, wasip1) closes a connection twice without an error.
+		return c.opError("close", net.ErrClosed)
 	}
+	err := c.conn.Close()
+	c.g.forget(c)
 	return err
 }
 

@@ -89,10 +89,11 @@ func (g *Group) setKeepAlive(tc *net.TCPConn) {
 // net.ErrClosed. A unix socket's path is removed, as package net does
 // (not for a FileListener's).
 func (l *Listener) Close() error {
-	err := l.l.Close()
-	if l.closed.CompareAndSwap(false, true) {
-		l.g.forgetListener(l)
+	if !l.closed.CompareAndSwap(false, true) {
+		return &net.OpError{Op: "close", Net: l.network, Addr: l.Addr(), Err: net.ErrClosed}
 	}
+	err := l.l.Close()
+	l.g.forgetListener(l)
 	return err
 }
 
