@@ -7,12 +7,13 @@ import (
 	"syscall"
 )
 
-// fallback serves a connection of another package: a goroutine that waits
-// for readability with no buffer, then calls the handler, with the same
-// policy as on-demand serving (handOff): a read deadline that passes while
-// waiting calls the handler, one already past when it returned closes the
-// connection, and so does a hang-up its handler has had a call for and
-// returned from with nothing read.
+// fallback serves a connection of another package (on other systems than
+// Linux, every connection): a goroutine that waits for readability with no
+// buffer, then calls the handler, with the same policy as on-demand
+// serving (handOff): a read deadline that passes while waiting calls the
+// handler, one already past when it returned closes the connection, and so
+// does a hang-up its handler has had a call for and returned from with
+// nothing read.
 func (sc *serverConn) fallback() {
 	pprof.SetGoroutineLabels(handlerLabels)
 	defer sc.finish()
