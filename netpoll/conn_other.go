@@ -122,6 +122,16 @@ func (c *Conn) SetKeepAlivePeriod(d time.Duration) error {
 	return c.tcp.SetKeepAlivePeriod(d)
 }
 
+// SetKeepAliveConfig is *net.TCPConn's SetKeepAliveConfig: probes on or
+// off as config.Enable says, then the idle time, the interval and the
+// count, each at net's default when zero and left as it is when negative.
+func (c *Conn) SetKeepAliveConfig(config net.KeepAliveConfig) error {
+	if c.tcp == nil {
+		return c.opError("set", errNotTCP)
+	}
+	return c.tcp.SetKeepAliveConfig(config)
+}
+
 // SetLinger is *net.TCPConn's SetLinger: sec < 0 is the default, 0
 // discards unsent data and resets on Close.
 func (c *Conn) SetLinger(sec int) error {
