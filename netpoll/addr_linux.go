@@ -21,15 +21,6 @@ type endpoint struct {
 	addr   net.Addr
 }
 
-// checkNetwork returns an error for networks we do not serve.
-func checkNetwork(network string) error {
-	switch network {
-	case "tcp", "tcp4", "tcp6", "unix":
-		return nil
-	}
-	return net.UnknownNetworkError(network)
-}
-
 // resolve turns address into endpoints to try in order, resolving host and
 // service names with net.DefaultResolver as package net does. For listen,
 // an empty or unspecified host means every local address.

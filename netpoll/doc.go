@@ -160,9 +160,10 @@
 // The epoll pollers are Linux's. On other systems the package builds with
 // the same types, and Listen, Dial, FileListener, Group and Server run on
 // package net; a Server there serves each connection with the fallback's
-// goroutine. WaitRead waits through the connection's RawConn and poll(2) on
-// other Unix systems, and returns an error wrapping errors.ErrUnsupported on
-// Windows.
+// goroutine. WaitRead waits through the connection's RawConn: with poll(2)
+// on other Unix systems, with package net's zero-byte receive on Windows;
+// where package net cannot wait for readability without a read (plan9, js,
+// wasip1) it returns an error wrapping errors.ErrUnsupported.
 //
 // What the experiments gain and cost, as measured, is BENCHMARKS.md at the
 // repository's root; how the package works and why it is safe (the

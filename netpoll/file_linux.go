@@ -3,21 +3,10 @@ package netpoll
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 
 	"golang.org/x/sys/unix"
 )
-
-// FileListener returns a Listener on a copy of the listening socket f, on
-// the default group (see Group.FileListener).
-func FileListener(f *os.File) (*Listener, error) {
-	g, err := Default()
-	if err != nil {
-		return nil, fileError(f, err)
-	}
-	return g.FileListener(f)
-}
 
 // FileListener returns a Listener serving a copy of the listening socket
 // f, as package net's FileListener does: for socket activation (a socket
@@ -159,19 +148,3 @@ func listeningNetwork(fd int) (string, error) {
 	}
 	return network, nil
 }
-
-// fileError wraps an error of FileListener as package net's FileListener
-// does.
-func fileError(f *os.File, err error) error {
-	name := ""
-	if f != nil {
-		name = f.Name()
-	}
-	return &net.OpError{Op: "file", Net: "file+net", Addr: fileAddr(name), Err: err}
-}
-
-// fileAddr names the file of a FileListener error, as package net's does.
-type fileAddr string
-
-func (fileAddr) Network() string  { return "file+net" }
-func (f fileAddr) String() string { return string(f) }

@@ -65,8 +65,6 @@ func (g *Group) pick() *poller {
 	return g.pollers[int(g.next.Add(1))%len(g.pollers)]
 }
 
-var errGroupClosed = fmt.Errorf("netpoll: group closed: %w", net.ErrClosed)
-
 func (g *Group) checkOpen() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -170,68 +168,4 @@ func (g *Group) Listen(ctx context.Context, network, address string) (*Listener,
 // deadline and cancellation apply to resolving and connecting.
 func (g *Group) Dial(ctx context.Context, network, address string) (*Conn, error) {
 	return g.dial(ctx, network, address)
-}
-
-// The default group, built on first use from the NETPOLL environment
-// variable (see ParseConfig), serves the package-level Listen and Dial.
-var defaultGroup struct {
-	mu     sync.Mutex // guards the fields below
-	g      *Group
-	cfg    Config
-	cfgErr error // a bad NETPOLL: kept, since the environment is read once
-	read   bool  // NETPOLL has been read
-}
-
-// Default returns the group behind Listen and Dial, creating it from the
-// NETPOLL environment variable on first use. A bad NETPOLL is an error
-// naming the bad key or value, returned by every call. An error creating
-// the group (out of fds, say) is returned to that call only: the next
-// call tries again.
-func Default() (*Group, error) {
-	defaultGroup.mu.Lock()
-	defer defaultGroup.mu.Unlock()
-	if defaultGroup.g != nil {
-		return defaultGroup.g, nil
-	}
-	if !defaultGroup.read {
-		defaultGroup.cfg, defaultGroup.cfgErr = configFromEnv()
-		defaultGroup.read = true
-	}
-	if defaultGroup.cfgErr != nil {
-		return nil, defaultGroup.cfgErr
-	}
-	g, err := New(defaultGroup.cfg)
-	if err != nil {
-		return nil, err
-	}
-	defaultGroup.g = g
-	return g, nil
-}
-
-// Listen announces on address using the default group (Group.Listen).
-func Listen(network, address string) (*Listener, error) {
-	return ListenContext(context.Background(), network, address)
-}
-
-// ListenContext is Listen with a context (Group.Listen).
-func ListenContext(ctx context.Context, network, address string) (*Listener, error) {
-	g, err := Default()
-	if err != nil {
-		return nil, &net.OpError{Op: "listen", Net: network, Err: err}
-	}
-	return g.Listen(ctx, network, address)
-}
-
-// Dial connects to address using the default group (Group.Dial).
-func Dial(network, address string) (*Conn, error) {
-	return DialContext(context.Background(), network, address)
-}
-
-// DialContext is Dial with a context (Group.Dial).
-func DialContext(ctx context.Context, network, address string) (*Conn, error) {
-	g, err := Default()
-	if err != nil {
-		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
-	}
-	return g.Dial(ctx, network, address)
 }

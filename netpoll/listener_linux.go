@@ -80,12 +80,6 @@ var (
 	_ syscall.Conn = (*Listener)(nil)
 )
 
-// ErrSharedListener is wrapped by the errors of what a listener shared by
-// pollers (Sharing Exclusive, wakeAll, ReusePort) cannot do: a raw Read or
-// Write, and File of a ReusePort listener with more than one socket. It
-// wraps errors.ErrUnsupported.
-var ErrSharedListener = fmt.Errorf("netpoll: not supported on a listener shared by pollers: %w", errors.ErrUnsupported)
-
 // errRawShared is what a shared listener's raw Read and Write return.
 var errRawShared = fmt.Errorf("raw Read and Write: the acceptor goroutines own the readiness of its sockets: %w", ErrSharedListener)
 

@@ -1,0 +1,59 @@
+//go:build !linux
+
+package netpoll
+
+import (
+	"errors"
+	"net"
+	"sync/atomic"
+)
+
+// serverConn is one connection of a Server. On this OS every connection,
+// this package's Conn included, is served by the fallback (fallback.go):
+// a goroutine per connection that waits for readability with no buffer.
+// Exactly one goroutine owns it at a time (runs its handler, or finishes
+// it): the accept loop, then its fallback goroutine.
+type serverConn struct {
+	s     *Server
+	c     net.Conn
+	h     *Handler      // &s.Handler, or the connection's own (NewHandler)
+	state atomic.Uint32 // ConnState; moved by the owner
+
+	prev, next *serverConn // Server.head's list; guarded by s.mu
+}
+
+// serve takes c on: registers it and starts its fallback goroutine.
+func (s *Server) serve(c net.Conn) {
+	sc := &serverConn{s: s, c: c, h: &s.Handler}
+	if s.NewHandler != nil {
+		h := s.NewHandler(c)
+		sc.h = &h
+	}
+	if *sc.h == nil || !s.add(sc) {
+		c.Close()
+		return
+	}
+	if h := s.ConnState; h != nil {
+		h(c, StateNew)
+	}
+	go sc.fallback()
+}
+
+// finish closes sc's connection, reports StateClosed (once: only the
+// owner finishes, and it owns sc for good from here) and forgets it.
+func (sc *serverConn) finish() {
+	sc.c.Close()
+	sc.setState(StateClosed)
+	sc.s.remove(sc)
+}
+
+// retryAccept reports whether an accept error passes with time
+// (acceptRetries lists them for each OS).
+func retryAccept(err error) bool {
+	for _, e := range acceptRetries {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
