@@ -54,24 +54,12 @@ func New(cfg Config) (*Group, error) {
 	return g, nil
 }
 
-// Config returns the configuration the group was created with.
-func (g *Group) Config() Config { return g.cfg }
-
 // pick returns the poller for a new connection.
 func (g *Group) pick() *poller {
 	if len(g.pollers) == 1 {
 		return g.pollers[0]
 	}
 	return g.pollers[int(g.next.Add(1))%len(g.pollers)]
-}
-
-func (g *Group) checkOpen() error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed {
-		return errGroupClosed
-	}
-	return nil
 }
 
 // Stats returns the counters a user watches. Like ReadStats it reads

@@ -48,18 +48,6 @@ func New(cfg Config) (*Group, error) {
 	}, nil
 }
 
-// Config returns the configuration the group was created with.
-func (g *Group) Config() Config { return g.cfg }
-
-func (g *Group) checkOpen() error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed {
-		return errGroupClosed
-	}
-	return nil
-}
-
 // Listen announces on a local address with net.ListenConfig. Networks:
 // tcp, tcp4, tcp6, unix. The context's cancellation applies to resolving
 // the address.

@@ -83,6 +83,9 @@ func (sc *serverConn) handOff(returned bool) (idle bool, err error) {
 			dr.consume() // the check sees whatever a ready edge announced
 			st.checks.Add(1)
 			if ok, err := d.readable(); err != nil || ok {
+				if ok {
+					st.found.Add(1)
+				}
 				return false, err
 			}
 		} else {

@@ -267,8 +267,9 @@ func echoBytes(c net.Conn, rounds int) error {
 
 // handOffStats is the Server's hand-off counters, read by name
 // (Server.ReadStats): times a connection went idle with no goroutine, the
-// socket checks those hand-offs made, and the ones that needed none.
-type handOffStats struct{ HandOffs, Checks, Skips uint64 }
+// socket checks those hand-offs made, the ones that needed none, and the
+// checks that found input queued.
+type handOffStats struct{ HandOffs, Checks, Skips, Found uint64 }
 
 func readHandOffs(t testing.TB, s *netpoll.Server) handOffStats {
 	t.Helper()
@@ -276,11 +277,12 @@ func readHandOffs(t testing.TB, s *netpoll.Server) handOffStats {
 		{Name: "/server/hand-offs:calls"},
 		{Name: "/server/hand-off-checks:calls"},
 		{Name: "/server/hand-off-skips:calls"},
+		{Name: "/server/hand-off-found:calls"},
 	}
 	if err := s.ReadStats(samples); err != nil {
 		t.Fatalf("Server.ReadStats: %v", err)
 	}
-	return handOffStats{samples[0].Value, samples[1].Value, samples[2].Value}
+	return handOffStats{samples[0].Value, samples[1].Value, samples[2].Value, samples[3].Value}
 }
 
 // idleTimeouts reads the Server's count of connections closed by

@@ -115,3 +115,16 @@ type fileAddr string
 
 func (fileAddr) Network() string  { return "file+net" }
 func (f fileAddr) String() string { return string(f) }
+
+// Config returns the configuration the group was created with.
+func (g *Group) Config() Config { return g.cfg }
+
+// checkOpen fails once the group is closed.
+func (g *Group) checkOpen() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return errGroupClosed
+	}
+	return nil
+}

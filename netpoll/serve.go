@@ -243,3 +243,18 @@ func (s *Server) remove(sc *serverConn) {
 		}
 	}
 }
+
+// take registers c as a connection of s with its handler, and reports
+// false, having closed c, when there is none or s is shutting down.
+func (s *Server) take(c net.Conn) (*serverConn, bool) {
+	sc := &serverConn{s: s, c: c, h: &s.Handler}
+	if s.NewHandler != nil {
+		h := s.NewHandler(c)
+		sc.h = &h
+	}
+	if *sc.h == nil || !s.add(sc) {
+		c.Close()
+		return nil, false
+	}
+	return sc, true
+}

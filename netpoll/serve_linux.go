@@ -66,13 +66,8 @@ func retryAccept(err error) bool {
 // package's Conn: its first handler call comes when it is readable) or
 // starts the fallback's goroutine.
 func (s *Server) serve(c net.Conn) {
-	sc := &serverConn{s: s, c: c, h: &s.Handler}
-	if s.NewHandler != nil {
-		h := s.NewHandler(c)
-		sc.h = &h
-	}
-	if *sc.h == nil || !s.add(sc) {
-		c.Close()
+	sc, ok := s.take(c)
+	if !ok {
 		return
 	}
 	nc, ok := c.(*Conn)

@@ -24,13 +24,8 @@ type serverConn struct {
 
 // serve takes c on: registers it and starts its fallback goroutine.
 func (s *Server) serve(c net.Conn) {
-	sc := &serverConn{s: s, c: c, h: &s.Handler}
-	if s.NewHandler != nil {
-		h := s.NewHandler(c)
-		sc.h = &h
-	}
-	if *sc.h == nil || !s.add(sc) {
-		c.Close()
+	sc, ok := s.take(c)
+	if !ok {
 		return
 	}
 	if h := s.ConnState; h != nil {

@@ -132,6 +132,7 @@ type ServerStats struct {
 type serverCounters struct {
 	conns, idle, running                   atomic.Int64
 	starts, handOffs, checks, skips, panic atomic.Uint64
+	found                                  atomic.Uint64 // hand-off checks that found input queued
 	idleTimeouts                           atomic.Uint64
 }
 

@@ -263,6 +263,7 @@ var statTable = func() []stat {
 	server("/server/hand-offs:calls", "Times a connection went idle with no goroutine.", true, func(c *serverCounters) uint64 { return c.handOffs.Load() })
 	server("/server/hand-off-checks:calls", "Socket checks (poll) a hand-off made: the last Read had not proved the socket drained.", true, func(c *serverCounters) uint64 { return c.checks.Load() })
 	server("/server/hand-off-skips:calls", "Hand-offs that needed no check: the last Read was short and no edge had come since.", true, func(c *serverCounters) uint64 { return c.skips.Load() })
+	server("/server/hand-off-found:calls", "Hand-off checks that found input already queued: the handler ran again with no wakeup.", true, func(c *serverCounters) uint64 { return c.found.Load() })
 	return t
 }()
 
