@@ -116,9 +116,9 @@ func TestProxy(t *testing.T) {
 			if args[1] != "netpoll" {
 				return
 			}
-			sm := regexp.MustCompile(`splice-bytes=(\d+)`).FindStringSubmatch(stderr.String())
+			sm := regexp.MustCompile(`/netpoll/zerocopy/splice:bytes=(\d+)`).FindStringSubmatch(stderr.String())
 			if sm == nil {
-				t.Fatalf("no splice-bytes in -stats: %q", stderr.String())
+				t.Fatalf("no /netpoll/zerocopy/splice:bytes in -stats: %q", stderr.String())
 			}
 			spliced, _ := strconv.Atoi(sm[1])
 			wantSpliced := 2 * (size + sha256.Size) // both ways, both connections
