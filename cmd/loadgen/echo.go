@@ -37,7 +37,7 @@ func newEchoConn(c net.Conn, size int, seed uint64) (*echoConn, error) {
 }
 
 func (e *echoConn) send(seq uint64) error {
-	e.stream.Put(e.out, seq)
+	e.stream.Put(e.out, seq, loadproto.Plain)
 	_, err := e.c.Write(e.out)
 	return err
 }
@@ -48,5 +48,5 @@ func (e *echoConn) recv(seq uint64) error {
 	if _, err := io.ReadFull(e.r, e.in); err != nil {
 		return err
 	}
-	return e.stream.Check(e.in, seq)
+	return e.stream.Check(e.in, seq, loadproto.Plain)
 }

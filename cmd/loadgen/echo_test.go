@@ -64,7 +64,7 @@ func TestEchoVerifies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Put(other, 8)
+	s.Put(other, 8, loadproto.Plain)
 
 	tests := []struct {
 		name  string

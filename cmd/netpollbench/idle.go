@@ -325,7 +325,7 @@ func measureIdle(ctx context.Context, pid int, addr string, row *idleRow, gc fun
 		return err
 	}
 	msg := make([]byte, idleMsgSize)
-	st.Put(msg, 0)
+	st.Put(msg, 0, loadproto.Plain)
 	conns := make([]net.Conn, row.conns)
 	defer func() {
 		for _, c := range conns {
