@@ -22,7 +22,7 @@ func echoOnce(t *testing.T, reply func(req []byte) []byte) (errKind, error) {
 	client.SetDeadline(deadline)
 	peer.SetDeadline(deadline)
 
-	ec, err := newEchoConn(client, 64, 1)
+	ec, err := newEchoConn(client, 64, 1, loadproto.Plain)
 	if err != nil {
 		t.Fatal(err)
 	}
