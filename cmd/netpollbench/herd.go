@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 )
@@ -41,7 +42,7 @@ const (
 // herdRun runs cmd/herd once with s's flags and returns its run as a
 // benchmark line (herdLine).
 func (r *runner) herdRun(ctx context.Context, s server, cp *cellPlan) (string, error) {
-	cmd := exec.CommandContext(ctx, r.bins[s.bin], append(s.args, "-format", "json")...)
+	cmd := exec.CommandContext(ctx, r.bins[s.bin], slices.Concat(s.args, []string{"-format", "json"})...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {

@@ -1112,3 +1112,43 @@ func testPlan(t *testing.T, args ...string) (*plan, []server) {
 	}
 	return makePlan(o, srvs, nil), srvs
 }
+
+// TestWriteDataInterrupted: what an interrupted run keeps (writeData,
+// without a closing calibration) is its table, which reads back whole,
+// and its benchmark lines, raw.txt without calib-end lines.
+func TestWriteDataInterrupted(t *testing.T) {
+	dir := t.TempDir()
+	tb := syntheticTable(t)
+	tb.calEnd = calibration{}
+	tb.results = tb.results[:len(tb.results)/2]
+	if err := writeData(dir, tb); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, rawFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(raw, []byte("calib-end-")) || !bytes.Contains(raw, []byte("\ncalib-syscall-ns: ")) {
+		t.Errorf("raw.txt of an interrupted run:\n%s", raw)
+	}
+	back, err := readTable(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back.results) != len(tb.results) || len(back.plan.cells) != len(tb.plan.cells) {
+		t.Errorf("read back %d results of %d cells, want %d of %d", len(back.results), len(back.plan.cells), len(tb.results), len(tb.plan.cells))
+	}
+	rs, err := readResults(filepath.Join(dir, rawFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	for _, r := range tb.results {
+		if r.cell.file == rawFile && r.round > 0 {
+			want++
+		}
+	}
+	if len(rs) != want {
+		t.Errorf("raw.txt has %d lines, want %d", len(rs), want)
+	}
+}

@@ -161,7 +161,7 @@ func writeData(dir string, t *table) error {
 			}
 			b.WriteString(r.line + "\n")
 		}
-		if name == rawFile {
+		if name == rawFile && t.calEnd.ncpu > 0 { // an interrupted run has no closing calibration
 			t.calEnd.writeConfig(&b, "calib-end-")
 		}
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(b.String()), 0o644); err != nil {
