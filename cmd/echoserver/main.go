@@ -9,13 +9,14 @@
 // and a Read that fails with the timeout ends the connection; with
 // -ondemand, the netpoll.Server's IdleTimeout closes it.
 //
-// While it serves, SIGUSR1 makes it collect garbage (runtime.GC, then
-// debug.FreeOSMemory) and write one line to stderr with the heap and
-// goroutines as runtime/metrics sees them then:
-//
-//	echoserver: memstats heap-live=<bytes> heap-objects=<n> goroutines=<n> stacks=<bytes>
-//
-// netpollbench's idle experiment reads it back.
+// The server echoes the bytes of each Read as they are, but for two
+// requests of cmd/loadgen's message format (internal/loadproto), marked in
+// the first word of a Read: a Delay request is echoed after sleeping
+// -delay (a handler blocked outside the server's poller: netpollbench's
+// blocked-neighbour cell), and a Memstats request makes the server
+// collect garbage (runtime.GC, then debug.FreeOSMemory) and answer with
+// its live heap, heap objects, goroutines and stack bytes as
+// runtime/metrics sees them then (netpollbench's idle experiment).
 //
 // With -zeroread (-impl net), each connection's goroutine waits with a
 // zero-byte Read, holding no buffer, and takes one from a pool only to
@@ -40,9 +41,9 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/edgepoll/edgepoll/internal/loadproto"
 	"github.com/edgepoll/edgepoll/internal/servecmd"
 	"github.com/edgepoll/edgepoll/netpoll"
 )
@@ -60,77 +61,50 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	// SIGUSR1 writes a memstats line while the server runs; the line and
-	// the server's own messages (-stats, the Server's error log) share
-	// stderr, one Write at a time.
-	stderr = &lockedWriter{w: stderr}
-	usr1 := make(chan os.Signal, 1)
-	signal.Notify(usr1, syscall.SIGUSR1)
-	defer signal.Stop(usr1)
-	quit, reported := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(reported)
-		reportMemstats(usr1, quit, stderr)
-	}()
-	defer func() { close(quit); <-reported }()
 	return serve(ctx, args, stdout, stderr)
 }
 
-// reportMemstats writes memstatsLine to w, after a collection and a return
-// of freed memory to the OS, for each value from sigs until quit closes.
-func reportMemstats(sigs <-chan os.Signal, quit <-chan struct{}, w io.Writer) {
-	for {
-		select {
-		case <-sigs:
-			runtime.GC()
-			debug.FreeOSMemory()
-			fmt.Fprintln(w, memstatsLine())
-		case <-quit:
-			return
-		}
+// answer honours the loadproto mark b starts with, b being the bytes of
+// one Read, and returns what to write back: b, after sleeping delay for a
+// Delay request, or turned into the Stats answer, after a collection, for
+// one whole Memstats request. Any other Read, a Plain message or bytes of
+// another protocol, is echoed as it is: MarkOf reads four bytes, and
+// nothing else happens on the echo's path.
+func answer(b []byte, delay time.Duration) []byte {
+	switch loadproto.MarkOf(b) {
+	case loadproto.Delay:
+		time.Sleep(delay)
+	case loadproto.Memstats:
+		runtime.GC()
+		debug.FreeOSMemory()
+		loadproto.PutStats(b, memstats())
 	}
+	return b
 }
 
-// memstatsNames are the runtime/metrics a memstats line reports, by its
-// keys.
-var memstatsNames = []struct{ key, metric string }{
-	{"heap-live", "/gc/heap/live:bytes"},
-	{"heap-objects", "/gc/heap/objects:objects"},
-	{"goroutines", "/sched/goroutines:goroutines"},
-	{"stacks", "/memory/classes/heap/stacks:bytes"},
+// memstatsNames are the runtime/metrics a Stats answer carries, in the
+// order of loadproto.Figures' fields.
+var memstatsNames = []string{
+	"/gc/heap/live:bytes",
+	"/gc/heap/objects:objects",
+	"/sched/goroutines:goroutines",
+	"/memory/classes/heap/stacks:bytes",
 }
 
-// memstatsLine reads memstatsNames and returns them as one line,
-// "echoserver: memstats heap-live=... heap-objects=... goroutines=...
-// stacks=...", no newline. A metric this runtime lacks is "?".
-func memstatsLine() string {
+// memstats reads memstatsNames; a metric this runtime lacks reads 0.
+func memstats() loadproto.Figures {
 	samples := make([]metrics.Sample, len(memstatsNames))
-	for i, m := range memstatsNames {
-		samples[i].Name = m.metric
+	for i, name := range memstatsNames {
+		samples[i].Name = name
 	}
 	metrics.Read(samples)
-	b := []byte("echoserver: memstats")
+	var v [4]uint64
 	for i, s := range samples {
-		b = fmt.Appendf(b, " %s=", memstatsNames[i].key)
 		if s.Value.Kind() == metrics.KindUint64 {
-			b = fmt.Appendf(b, "%d", s.Value.Uint64())
-		} else {
-			b = append(b, '?')
+			v[i] = s.Value.Uint64()
 		}
 	}
-	return string(b)
-}
-
-// lockedWriter is w, one Write at a time.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
+	return loadproto.Figures{HeapLive: v[0], HeapObjects: v[1], Goroutines: v[2], Stacks: v[3]}
 }
 
 // serve runs the server until its lifetime passes or ctx ends, then closes
@@ -145,6 +119,7 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	onDemand := fs.Bool("ondemand", false, "serve with netpoll.Server: a handler call per readable connection takes a buffer from a pool, echoes one Read and returns, so an idle connection holds no buffer, and no goroutine with -impl netpoll (-impl net: the Server's fallback, a goroutine per connection)")
 	zeroRead := fs.Bool("zeroread", false, "wait for readability with a zero-byte Read, holding no buffer, and take one from a pool only to read and echo (needs -impl net, and the patched toolchain with GODEBUG=netpollzeroread=1)")
 	idleTimeout := fs.Duration("idletimeout", 0, "close a connection that sends nothing for this long: a read deadline of now+D before each wait for a request, or with -ondemand the netpoll.Server's IdleTimeout (0: none)")
+	delay := fs.Duration("delay", 0, "sleep this long before echoing a request loadgen marks for delay (loadgen -blocked), as a handler blocked outside the server's poller would (0: echo it at once)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -156,6 +131,9 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if *idleTimeout < 0 {
 		return fmt.Errorf("bad -idletimeout %v: want a duration, or 0 for none", *idleTimeout)
+	}
+	if *delay < 0 {
+		return fmt.Errorf("bad -delay %v: want a duration, or 0 for none", *delay)
 	}
 	if *zeroRead && (*onDemand || *waitRead) {
 		return errors.New("-zeroread is package net's wait without a buffer: not with -ondemand or -waitread")
@@ -188,15 +166,15 @@ func serve(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *onDemand {
 		// The Server closes a connection idle for -idletimeout itself.
 		s.IdleTimeout = *idleTimeout
-		return s.ServeOnDemand(ctx, echoOnDemand(&pool))
+		return s.ServeOnDemand(ctx, echoOnDemand(&pool, *delay))
 	}
 	if *zeroRead {
-		return s.Serve(ctx, func(_ context.Context, c net.Conn) { echoZeroRead(c, &pool, idle) })
+		return s.Serve(ctx, func(_ context.Context, c net.Conn) { echoZeroRead(c, &pool, idle, *delay) })
 	}
 	if *waitRead {
-		return s.Serve(ctx, func(_ context.Context, c net.Conn) { echoWaiting(c.(*netpoll.Conn), &pool, idle) })
+		return s.Serve(ctx, func(_ context.Context, c net.Conn) { echoWaiting(c.(*netpoll.Conn), &pool, idle, *delay) })
 	}
-	return s.Serve(ctx, func(_ context.Context, c net.Conn) { echo(c, *bufSize, idle) })
+	return s.Serve(ctx, func(_ context.Context, c net.Conn) { echo(c, *bufSize, idle, *delay) })
 }
 
 // idleDeadline returns what sets a connection's read deadline to d from
@@ -212,8 +190,8 @@ func idleDeadline(d time.Duration) func(c net.Conn) error {
 // echoWaiting is echo holding a buffer only while it reads and writes: it
 // waits for readability with none, and takes one from pool to echo. idle
 // (unless nil) sets the read deadline before each wait, which ends it as
-// it ends Read.
-func echoWaiting(c *netpoll.Conn, pool *sync.Pool, idle func(net.Conn) error) {
+// it ends Read; delay is answer's.
+func echoWaiting(c *netpoll.Conn, pool *sync.Pool, idle func(net.Conn) error, delay time.Duration) {
 	for {
 		if idle != nil && idle(c) != nil {
 			return
@@ -224,7 +202,7 @@ func echoWaiting(c *netpoll.Conn, pool *sync.Pool, idle func(net.Conn) error) {
 		bp := pool.Get().(*[]byte)
 		n, err := c.Read(*bp)
 		if n > 0 {
-			_, err = c.Write((*bp)[:n])
+			_, err = c.Write(answer((*bp)[:n], delay))
 		}
 		pool.Put(bp)
 		if err != nil {
@@ -274,8 +252,8 @@ func checkZeroRead() error {
 // echoZeroRead is echoWaiting on package net: it waits for readability
 // with a zero-byte Read, which waits only under checkZeroRead's
 // conditions, and takes a buffer from pool to echo one Read. idle (unless
-// nil) sets the read deadline before each wait.
-func echoZeroRead(c net.Conn, pool *sync.Pool, idle func(net.Conn) error) {
+// nil) sets the read deadline before each wait; delay is answer's.
+func echoZeroRead(c net.Conn, pool *sync.Pool, idle func(net.Conn) error, delay time.Duration) {
 	for {
 		if idle != nil && idle(c) != nil {
 			return
@@ -286,7 +264,7 @@ func echoZeroRead(c net.Conn, pool *sync.Pool, idle func(net.Conn) error) {
 		bp := pool.Get().(*[]byte)
 		n, err := c.Read(*bp)
 		if n > 0 {
-			_, err = c.Write((*bp)[:n])
+			_, err = c.Write(answer((*bp)[:n], delay))
 		}
 		pool.Put(bp)
 		if err != nil {
@@ -299,13 +277,13 @@ func echoZeroRead(c net.Conn, pool *sync.Pool, idle func(net.Conn) error) {
 // connection is readable, it takes a buffer from pool, writes back what
 // one Read returns and gives the buffer back. nil waits for more; a Read
 // or Write error (EOF too) closes the connection. What one Read leaves
-// queued calls it again.
-func echoOnDemand(pool *sync.Pool) netpoll.HandlerFunc {
+// queued calls it again. delay is answer's.
+func echoOnDemand(pool *sync.Pool, delay time.Duration) netpoll.HandlerFunc {
 	return func(c net.Conn) error {
 		bp := pool.Get().(*[]byte)
 		n, err := c.Read(*bp)
 		if n > 0 {
-			if _, werr := c.Write((*bp)[:n]); werr != nil {
+			if _, werr := c.Write(answer((*bp)[:n], delay)); werr != nil {
 				err = werr
 			}
 		}
@@ -315,8 +293,9 @@ func echoOnDemand(pool *sync.Pool) netpoll.HandlerFunc {
 }
 
 // echo writes back what it reads until the peer closes or an error. idle
-// (unless nil) sets the read deadline before each Read.
-func echo(c net.Conn, bufSize int, idle func(net.Conn) error) {
+// (unless nil) sets the read deadline before each Read; delay is
+// answer's.
+func echo(c net.Conn, bufSize int, idle func(net.Conn) error, delay time.Duration) {
 	buf := make([]byte, bufSize)
 	for {
 		if idle != nil && idle(c) != nil {
@@ -324,7 +303,7 @@ func echo(c net.Conn, bufSize int, idle func(net.Conn) error) {
 		}
 		n, err := c.Read(buf)
 		if n > 0 {
-			if _, werr := c.Write(buf[:n]); werr != nil {
+			if _, werr := c.Write(answer(buf[:n], delay)); werr != nil {
 				return
 			}
 		}

@@ -165,6 +165,7 @@ func TestBadFlags(t *testing.T) {
 		{"-impl net -waitread -ondemand", "-ondemand and -waitread"},
 		{"-idletimeout -1s", "bad -idletimeout -1s"},
 		{"-ondemand -idletimeout -5ms", "bad -idletimeout -5ms"},
+		{"-delay -2ms", "bad -delay -2ms"},
 		{"-zeroread", "-zeroread needs -impl net"},
 		{"-impl netpoll -zeroread", "-zeroread needs -impl net"},
 		{"-impl net -zeroread -ondemand", "not with -ondemand or -waitread"},

@@ -30,6 +30,8 @@ type config struct {
 	warmup    time.Duration
 	rate      float64 // total requests/s; 0 runs a closed loop
 	pipeline  int     // requests in flight per connection, closed loop
+	blocked   int     // closed loop, echo: the first blocked connections mark their requests loadproto.Delay
+	idle      bool    // the idle experiment instead of a load (idle.go)
 	serverPID int     // 0: no server statistics
 	format    string  // "text", "bench" or "json"
 	name      string  // benchmark name before the key=value parts
@@ -49,9 +51,15 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.DurationVar(&c.warmup, "warmup", time.Second, "time before the measurement whose results are discarded")
 	fs.Float64Var(&c.rate, "rate", 0, "open loop: total `requests/s` spread over the connections; 0 runs a closed loop")
 	fs.IntVar(&c.pipeline, "pipeline", 1, "closed loop: requests in flight per connection")
+	fs.IntVar(&c.blocked, "blocked", 0, "closed loop, echo: the first `n` connections mark their requests for the server to hold before it echoes them "+
+		"(loadproto.Delay; echoserver -delay), a handler blocked outside the server's poller; the figures are the other connections', "+
+		"and blocked-requests counts the held ones")
+	fs.BoolVar(&c.idle, "idle", false, "instead of a load, hold -conns connections open and quiet, each after one echo, and report the memory "+
+		"per connection of the server -server-pid: its VmRSS with one connection and with all, after a burst, the kernel's Slab, and, "+
+		"if it answers loadproto's Memstats request (echoserver), the same after its collections with its heap and goroutines")
 	fs.IntVar(&c.serverPID, "server-pid", 0, "`pid` of the server, to report its CPU time and context switches per request")
 	fs.StringVar(&c.format, "format", "text", "output: text, bench (go test benchmark lines) or json")
-	fs.StringVar(&c.name, "name", "", "benchmark name before the key=value parts (default BenchmarkEcho or BenchmarkHTTP)")
+	fs.StringVar(&c.name, "name", "", "benchmark name before the key=value parts (default BenchmarkEcho, BenchmarkHTTP or, with -idle, BenchmarkIdle)")
 	fs.StringVar(&c.labels, "labels", "", "extra key=value parts of the benchmark name, joined by '/', e.g. impl=netpoll/mode=et")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -102,6 +110,24 @@ func (c *config) validate() error {
 		return errors.New("-pipeline applies to the closed loop only; the open loop sends one request at a time per connection")
 	case c.serverPID < 0:
 		return fmt.Errorf("-server-pid %d: want a process id", c.serverPID)
+	case c.blocked < 0:
+		return fmt.Errorf("-blocked %d: want 0 or more", c.blocked)
+	case c.blocked > 0 && (c.proto != "echo" || c.rate > 0):
+		return errors.New("-blocked marks echo requests in the closed loop: not with -proto http or -rate")
+	case c.blocked > 0 && c.blocked >= c.conns:
+		return fmt.Errorf("-blocked %d of -conns %d: want at least one connection whose figures are reported", c.blocked, c.conns)
+	}
+	if c.idle {
+		switch {
+		case c.proto != "echo" || c.rate > 0 || c.pipeline > 1 || c.blocked > 0:
+			return errors.New("-idle holds echo connections quiet: not with -proto http, -rate, -pipeline or -blocked")
+		case c.serverPID == 0:
+			return errors.New("-idle measures the server's memory: it needs -server-pid")
+		case c.conns < 2:
+			return fmt.Errorf("-idle -conns %d: want at least 2, the growth from one to all is measured", c.conns)
+		case c.size < loadproto.HeaderLen+loadproto.StatsLen:
+			return fmt.Errorf("-idle -size %d: want at least %d, room for the server's memstats answer", c.size, loadproto.HeaderLen+loadproto.StatsLen)
+		}
 	}
 	switch c.format {
 	case "text", "bench", "json":
@@ -126,7 +152,11 @@ func (c *config) validate() error {
 // -labels, then the configuration as key=value parts.
 func (c *config) benchName() string {
 	parts := []string{c.name}
-	if c.name == "" {
+	switch {
+	case c.name != "":
+	case c.idle:
+		parts[0] = "BenchmarkIdle"
+	default:
 		parts[0] = map[string]string{"echo": "BenchmarkEcho", "http": "BenchmarkHTTP"}[c.proto]
 	}
 	if c.labels != "" {
@@ -138,6 +168,9 @@ func (c *config) benchName() string {
 	}
 	if c.pipeline > 1 {
 		parts = append(parts, "pipeline="+strconv.Itoa(c.pipeline))
+	}
+	if c.blocked > 0 {
+		parts = append(parts, "blocked="+strconv.Itoa(c.blocked))
 	}
 	if c.rate > 0 {
 		parts = append(parts, "rate="+strconv.FormatFloat(c.rate, 'f', -1, 64))

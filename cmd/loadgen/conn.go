@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net"
 	"time"
+
+	"github.com/edgepoll/edgepoll/internal/loadproto"
 )
 
 // A protoConn speaks the request protocol on one connection. send writes
@@ -26,7 +28,11 @@ func dial(cfg *config, i int) (net.Conn, protoConn, error) {
 	var pc protoConn
 	switch cfg.proto {
 	case "echo":
-		pc, err = newEchoConn(c, cfg.size, uint64(i))
+		m := loadproto.Plain
+		if i < cfg.blocked {
+			m = loadproto.Delay
+		}
+		pc, err = newEchoConn(c, cfg.size, uint64(i), m)
 	case "http":
 		pc = newHTTPConn(c, cfg.addr, cfg.path)
 	default:

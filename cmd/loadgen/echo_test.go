@@ -22,7 +22,7 @@ func echoOnce(t *testing.T, reply func(req []byte) []byte) (errKind, error) {
 	client.SetDeadline(deadline)
 	peer.SetDeadline(deadline)
 
-	ec, err := newEchoConn(client, 64, 1)
+	ec, err := newEchoConn(client, 64, 1, loadproto.Plain)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestEchoVerifies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Put(other, 8)
+	s.Put(other, 8, loadproto.Plain)
 
 	tests := []struct {
 		name  string

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"runtime"
+	"strconv"
 	"time"
 )
 
@@ -35,6 +37,9 @@ func writeText(w io.Writer, r *result) error {
 	}
 	fmt.Fprintf(bw, "; %v measured after %v warmup\n", time.Duration(r.WindowNs), time.Duration(r.WarmupNs))
 	fmt.Fprintf(bw, "requests    %d (%.0f/s), %d verified\n", r.Requests, r.RPS, r.Verified)
+	if r.BlockedConns > 0 {
+		fmt.Fprintf(bw, "blocked     %d requests held by the server on %d connections, in none of the figures\n", r.Blocked, r.BlockedConns)
+	}
 	l := r.Latency
 	fmt.Fprintf(bw, "latency     p50 %v  p90 %v  p99 %v  p99.9 %v  p99.99 %v  max %v  mean %v\n",
 		round3(l.P50), round3(l.P90), round3(l.P99), round3(l.P999), round3(l.P9999), round3(l.Max), round3(l.Mean))
@@ -71,10 +76,7 @@ func round3(ns int64) time.Duration {
 // per request, and the failures, in total and by kind when there are some.
 func writeBench(w io.Writer, r *result) error {
 	bw := bufio.NewWriter(w)
-	fmt.Fprintf(bw, "goos: %s\ngoarch: %s\npkg: github.com/edgepoll/edgepoll/cmd/loadgen\n", runtime.GOOS, runtime.GOARCH)
-	if cpu := cpuModel(); cpu != "" {
-		fmt.Fprintf(bw, "cpu: %s\n", cpu)
-	}
+	writeBenchHeader(bw)
 	l := r.Latency
 	fmt.Fprintf(bw, "%s\t%d\t%.1f ns/op\t%d p50-ns\t%d p90-ns\t%d p99-ns\t%d p99.9-ns\t%d p99.99-ns\t%d max-ns",
 		r.Name, r.Requests, r.NsPerOp, l.P50, l.P90, l.P99, l.P999, l.P9999, l.Max)
@@ -84,6 +86,9 @@ func writeBench(w io.Writer, r *result) error {
 	if s := r.Server; s != nil {
 		fmt.Fprintf(bw, "\t%.0f server-cpu-ns/op\t%.3f ctxsw/op", s.CPUNsPerOp, s.CtxswPerOp)
 	}
+	if r.BlockedConns > 0 {
+		fmt.Fprintf(bw, "\t%d blocked-requests", r.Blocked)
+	}
 	fmt.Fprintf(bw, "\t%d errors", r.Errors)
 	for _, name := range kindNames {
 		if n := r.ErrorKinds[name]; n > 0 {
@@ -92,4 +97,22 @@ func writeBench(w io.Writer, r *result) error {
 	}
 	fmt.Fprintln(bw)
 	return bw.Flush()
+}
+
+// writeBenchHeader writes the configuration lines go test prints before
+// benchmark lines.
+func writeBenchHeader(w io.Writer) {
+	fmt.Fprintf(w, "goos: %s\ngoarch: %s\npkg: github.com/edgepoll/edgepoll/cmd/loadgen\n", runtime.GOOS, runtime.GOARCH)
+	if cpu := cpuModel(); cpu != "" {
+		fmt.Fprintf(w, "cpu: %s\n", cpu)
+	}
+}
+
+// formatValue formats a figure of a benchmark line: whole numbers from
+// 100 up, three decimals below.
+func formatValue(v float64) string {
+	if math.Abs(v) >= 100 {
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(v, 'f', 3, 64)
 }

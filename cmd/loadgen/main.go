@@ -9,6 +9,13 @@
 // failures are counted by kind, and any failure makes loadgen exit non-zero
 // after it has printed its results. A connection stops at its first failure.
 //
+// With -blocked n, the first n connections mark their requests for the
+// server to hold (internal/loadproto's Delay; cmd/echoserver -delay), as a
+// handler blocked outside its poller would, and the figures are the other
+// connections': what a blocking handler costs its neighbours. With -idle,
+// loadgen holds -conns connections open and quiet instead and reports the
+// memory per connection of the server -server-pid (idle.go).
+//
 // Usage:
 //
 //	loadgen -addr 127.0.0.1:8080 [-proto echo|http] [-conns 50] [-rate 0] ...

@@ -148,3 +148,64 @@ func cpuModel() string {
 	}
 	return ""
 }
+
+// readRSS returns the VmRSS of process pid in bytes.
+func readRSS(pid int) (int64, error) {
+	path := fmt.Sprintf("/proc/%d/status", pid)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("server gone: %w", err)
+	}
+	v, err := kBLine(b, "VmRSS:")
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w (has the server exited?)", path, err)
+	}
+	return v, nil
+}
+
+// readSlab returns the Slab line of /proc/meminfo in bytes: the kernel's
+// slab allocations, sockets among them, system-wide.
+func readSlab() (int64, error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	v, err := kBLine(b, "Slab:")
+	if err != nil {
+		return 0, fmt.Errorf("/proc/meminfo: %w", err)
+	}
+	return v, nil
+}
+
+// kBLine returns the value, in bytes, of the line "<key> <n> kB" of a
+// /proc file.
+func kBLine(b []byte, key string) (int64, error) {
+	for line := range strings.Lines(string(b)) {
+		v, ok := strings.CutPrefix(line, key)
+		if !ok {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, fmt.Errorf("bad line %q", strings.TrimSpace(line))
+		}
+		kb, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("bad line %q", strings.TrimSpace(line))
+		}
+		return kb << 10, nil
+	}
+	return 0, fmt.Errorf("no %s line", strings.TrimSuffix(key, ":"))
+}
+
+// portRange returns the ephemeral ports outgoing connections take.
+func portRange() (lo, hi int, err error) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0, err
+	}
+	if _, err := fmt.Sscan(string(b), &lo, &hi); err != nil {
+		return 0, 0, fmt.Errorf("ip_local_port_range %q: %v", b, err)
+	}
+	return lo, hi, nil
+}

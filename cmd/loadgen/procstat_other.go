@@ -22,3 +22,9 @@ type procSample struct {
 func sampleProc(pid int) (procSample, error) { return procSample{}, errNoProcStat }
 
 func cpuModel() string { return "" }
+
+func readRSS(pid int) (int64, error) { return 0, errNoProcStat }
+
+func readSlab() (int64, error) { return 0, errNoProcStat }
+
+func portRange() (lo, hi int, err error) { return 0, 0, errNoProcStat }

@@ -42,11 +42,16 @@ type result struct {
 	WarmupNs int64   `json:"warmup_ns"`
 	WindowNs int64   `json:"window_ns"`
 
-	Requests int64     `json:"requests"` // complete responses in the window
-	Verified int64     `json:"verified"` // of which passed the checks
-	RPS      float64   `json:"requests_per_sec"`
-	NsPerOp  float64   `json:"ns_per_op"` // window / requests
-	Latency  latencyNs `json:"latency_ns"`
+	Requests int64 `json:"requests"` // complete responses in the window
+	Verified int64 `json:"verified"` // of which passed the checks
+	// BlockedConns are -blocked's, whose requests the server held:
+	// Blocked counts their complete responses in the window, which are in
+	// none of the other figures.
+	BlockedConns int       `json:"blocked_conns,omitempty"`
+	Blocked      int64     `json:"blocked_requests,omitempty"`
+	RPS          float64   `json:"requests_per_sec"`
+	NsPerOp      float64   `json:"ns_per_op"` // window / requests
+	Latency      latencyNs `json:"latency_ns"`
 	// WakeLag is, in the open loop, how late the client woke for the
 	// requests it was idle for: a part of their latency that is the
 	// client's own. The count is how many such wakes there were.
@@ -93,15 +98,16 @@ type server struct {
 
 func summarize(cfg *config, tallies []*tally, before, after sample) *result {
 	r := &result{
-		Name:       cfg.benchName(),
-		Proto:      cfg.proto,
-		Addr:       cfg.addr,
-		Conns:      cfg.conns,
-		Pipeline:   cfg.pipeline,
-		Rate:       cfg.rate,
-		WarmupNs:   int64(cfg.warmup),
-		WindowNs:   int64(cfg.duration),
-		ErrorKinds: make(map[string]int64, numKinds),
+		Name:         cfg.benchName(),
+		Proto:        cfg.proto,
+		Addr:         cfg.addr,
+		Conns:        cfg.conns,
+		Pipeline:     cfg.pipeline,
+		Rate:         cfg.rate,
+		WarmupNs:     int64(cfg.warmup),
+		WindowNs:     int64(cfg.duration),
+		ErrorKinds:   make(map[string]int64, numKinds),
+		BlockedConns: cfg.blocked,
 	}
 	if cfg.proto == "echo" {
 		r.Size = cfg.size
@@ -110,17 +116,23 @@ func summarize(cfg *config, tallies []*tally, before, after sample) *result {
 	}
 	lat, wake := newLatency(), newLatency()
 	var errs [numKinds]int64
-	for _, t := range tallies {
-		r.Requests += t.completed
-		r.Verified += t.verified
-		lat.merge(t.lat)
-		wake.merge(t.wake)
+	for i, t := range tallies {
 		for k := range errs {
 			errs[k] += t.errs[k].Load()
 		}
 		if r.FirstError == "" && t.err != nil {
 			r.FirstError = t.err.Error()
 		}
+		if i < cfg.blocked {
+			// Held by the server on purpose: counted apart, and their
+			// checks failed if they are not all verified.
+			r.Blocked += t.completed
+			continue
+		}
+		r.Requests += t.completed
+		r.Verified += t.verified
+		lat.merge(t.lat)
+		wake.merge(t.wake)
 	}
 	for k, n := range errs {
 		r.ErrorKinds[errKind(k).String()] = n

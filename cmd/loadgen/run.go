@@ -20,6 +20,9 @@ func run(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("-server-pid: %w", err)
 		}
 	}
+	if cfg.idle {
+		return runIdle(cfg, stdout)
+	}
 
 	conns, pcs, err := dialAll(cfg)
 	defer closeAll(conns)

@@ -264,6 +264,17 @@ func TestConfig(t *testing.T) {
 		{"label", []string{"-addr", "h:1", "-labels", "impl"}, ""},
 		{"bench name", []string{"-addr", "h:1", "-name", "Echo"}, ""},
 		{"argument", []string{"-addr", "h:1", "extra"}, ""},
+		{"blocked", []string{"-addr", "h:1", "-conns", "2", "-blocked", "1"}, "BenchmarkEcho/conns=2/size=64/blocked=1"},
+		{"all blocked", []string{"-addr", "h:1", "-conns", "2", "-blocked", "2"}, ""},
+		{"negative blocked", []string{"-addr", "h:1", "-blocked", "-1"}, ""},
+		{"blocked open loop", []string{"-addr", "h:1", "-blocked", "1", "-rate", "100"}, ""},
+		{"blocked http", []string{"-addr", "h:1", "-blocked", "1", "-proto", "http"}, ""},
+		{"idle", []string{"-addr", "h:1", "-idle", "-server-pid", "1", "-conns", "18000", "-labels", "cfg=net"}, "BenchmarkIdle/cfg=net/conns=18000/size=64"},
+		{"idle without pid", []string{"-addr", "h:1", "-idle"}, ""},
+		{"idle one conn", []string{"-addr", "h:1", "-idle", "-server-pid", "1", "-conns", "1"}, ""},
+		{"idle small", []string{"-addr", "h:1", "-idle", "-server-pid", "1", "-size", "47"}, ""},
+		{"idle http", []string{"-addr", "h:1", "-idle", "-server-pid", "1", "-proto", "http"}, ""},
+		{"idle open loop", []string{"-addr", "h:1", "-idle", "-server-pid", "1", "-rate", "100"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -228,18 +228,26 @@ func sameToolchain(before, now string) error {
 // beforePair is a configuration against its before configuration in a
 // cell, paired within rounds on CPU per request and on req/s, whatever
 // measure decides the cell: the change's cost is its CPU, its benefit
-// may be either.
+// may be either. In the idle cell, one sample each, it is their memory
+// per connection instead.
 type beforePair struct {
 	before    string // the before configuration's name
 	cpu, rate comparison
+	mem       *comparison // the idle cell's; nil in the others
 }
 
 // judgeBefore pairs cfg with its before configuration in series (cfg ->
-// unit -> by round); nil when the cell has no such pair.
-func judgeBefore(series map[string]map[string][]float64, cfg string) *beforePair {
+// unit -> by round) of a cell decided on m, one sample each if one; nil
+// when the cell has no such pair.
+func judgeBefore(series map[string]map[string][]float64, cfg string, m measure, one bool) *beforePair {
 	b := beforeName(cfg)
 	if b == "" || series[b] == nil || series[cfg] == nil {
 		return nil
+	}
+	if one {
+		c := compare(series[cfg][m.unit], series[b][m.unit])
+		c.oneSample = true
+		return &beforePair{before: b, mem: &c}
 	}
 	return &beforePair{before: b,
 		cpu:  compare(series[cfg][byCPU.unit], series[b][byCPU.unit]),
@@ -252,7 +260,7 @@ func judgeBefore(series map[string]map[string][]float64, cfg string) *beforePair
 func beforeCounts(vs []cellVerdict, cfg string) string {
 	count := map[string][]string{}
 	for _, v := range vs {
-		if r := v.row(cfg); r != nil && r.vsBefore != nil {
+		if r := v.row(cfg); r != nil && r.vsBefore != nil && r.vsBefore.mem == nil {
 			w := r.vsBefore.cpu.verdict(byCPU.higherBetter)
 			count[w] = append(count[w], v.cp.short())
 		}
@@ -278,6 +286,14 @@ func beforeNote(t *table, vs []cellVerdict) string {
 	return ""
 }
 
+// capitalize is s with its first letter upper case.
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
 // beforeBlock tabulates every configuration against its before
 // configuration, cell by cell, and in the idle experiment; nil when the
 // run has no before configuration.
@@ -291,7 +307,14 @@ func beforeBlock(t *table, vs []cellVerdict) *block {
 	var cfgs []string
 	for _, v := range vs {
 		for _, r := range v.rows {
-			if r.vsBefore == nil {
+			switch {
+			case r.vsBefore == nil:
+				continue
+			case r.vsBefore.mem != nil:
+				// Idle memory: one sample each, as in the verdict.
+				bf := v.row(r.vsBefore.before)
+				b.foot = append(b.foot, fmt.Sprintf("%s: %s %.2f KiB/conn as-is against %s %.2f: %s.", capitalize(v.cp.short()),
+					r.cfg, r.med[byMemory.unit]/1024, bf.cfg, bf.med[byMemory.unit]/1024, compact(r.vsBefore.mem, byMemory)))
 				continue
 			}
 			b.rows = append(b.rows, []string{v.cp.short(), r.cfg,
@@ -307,17 +330,6 @@ func beforeBlock(t *table, vs []cellVerdict) *block {
 	if len(b.rows) == 0 {
 		b.notes = append(b.notes, fmt.Sprintf("No cell measured a configuration beside its before configuration: before pairs with %s, "+
 			"before-NAME with NAME; name both in -configs.", defaultCfg))
-	}
-	// Idle memory: one sample each, as in the verdict.
-	for i := range t.idle {
-		x := &t.idle[i]
-		j := slices.IndexFunc(t.idle, func(r idleRow) bool { return r.cfg == beforeName(x.cfg) })
-		if x.err != nil || j < 0 || t.idle[j].err != nil {
-			continue
-		}
-		bf := &t.idle[j]
-		b.foot = append(b.foot, fmt.Sprintf("Idle, %d conns: %s %.2f KiB/conn as-is against %s %.2f: %s.",
-			x.conns, x.cfg, x.perConn/1024, bf.cfg, bf.perConn/1024, oneSample(x, bf)))
 	}
 	b.foot = append(b.foot, "Ratios: the configuration's figure over its before configuration's, paired within rounds as in the verdict; "+
 		"a CPU/req ratio under 1 is less CPU per request, a req/s ratio over 1 more requests per second. "+

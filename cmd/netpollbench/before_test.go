@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -20,7 +19,7 @@ import (
 // -configs names a before configuration; before is the default's flags on
 // the before binary, before-NAME NAME's; before joins every closed echo
 // cell (pinned and unpinned, each -conns) and the idle experiment, and no
-// net/http, quota or open-loop cell.
+// net/http, quota, open-loop or blocked-neighbour cell.
 func TestBeforeConfigs(t *testing.T) {
 	o, err := parseFlags([]string{"-runtime", "off", "-before", "HEAD"}, &bytes.Buffer{})
 	if want := append(slices.Clone(defaults.configs), "before"); err != nil || !slices.Equal(o.configs, want) || o.before != "HEAD" {
@@ -52,7 +51,10 @@ func TestBeforeConfigs(t *testing.T) {
 	}
 	echo := 0
 	for _, cp := range p.cells {
-		closedEcho := !cp.http() && cp.rate == 0 && cp.quota == 0
+		closedEcho := cp.kind == kindLoad && !cp.http() && cp.rate == 0 && cp.quota == 0 && cp.blocked == 0
+		if cp.kind == kindIdle || cp.kind == kindHerd {
+			continue
+		}
 		if has(cp.srvs) != closedEcho {
 			t.Errorf("before in %s: %v, want %v", cp.short(), has(cp.srvs), closedEcho)
 		}
@@ -63,11 +65,12 @@ func TestBeforeConfigs(t *testing.T) {
 	if echo != 4 {
 		t.Errorf("%d closed echo cells, want 4 (1 and 50 conns, pinned and unpinned)", echo)
 	}
-	if !has(p.idle) {
-		t.Errorf("before is not in the idle experiment: %v", p.idle)
+	if idle := idleCell(p); idle == nil || !has(idle.srvs) {
+		t.Errorf("before is not in the idle experiment: %v", idle)
 	}
-	if p.find(cell{conns: 1, size: 64, quota: 0.5}) == nil || p.sweep == nil || len(o.http) == 0 {
-		t.Errorf("the plan lacks the quota cell, the sweep or net/http: before's absence from them proves nothing")
+	neighbour := slices.ContainsFunc(p.cells, func(cp *cellPlan) bool { return cp.blocked > 0 })
+	if p.find(cell{conns: 1, size: 64, quota: 0.5}) == nil || sweepOf(p) == nil || len(o.http) == 0 || !neighbour {
+		t.Errorf("the plan lacks the quota cell, the sweep, net/http or the blocked neighbour: before's absence from them proves nothing")
 	}
 }
 
@@ -105,7 +108,8 @@ func TestBeforeVerdict(t *testing.T) {
 	}
 	one := &cellPlan{cell: cell{conns: 1, size: 64}, srvs: srvs, rounds: 6}
 	fifty := &cellPlan{cell: cell{conns: 50, size: 64}, srvs: srvs, rounds: 6}
-	tb := &table{plan: &plan{cells: []*cellPlan{one, fifty}}}
+	idle := &cellPlan{cell: cell{kind: kindIdle, conns: 10000, size: 64}, srvs: mustServers(t, "ondemand", "before-ondemand"), rounds: 1}
+	tb := &table{plan: &plan{cells: []*cellPlan{one, fifty, idle}}}
 	rng := rand.New(rand.NewPCG(3, 3))
 	noise := func() float64 { return 1 + 0.005*rng.NormFloat64() }
 	for round := 1; round <= 6; round++ {
@@ -117,17 +121,16 @@ func TestBeforeVerdict(t *testing.T) {
 					cpu *= 0.85
 				}
 				nsop := 10e3 / (drift * noise())
-				tb.results = append(tb.results, result{round: round,
-					labels:  map[string]string{"cfg": cfg, "conns": strconv.Itoa(cp.conns), "size": "64"},
-					metrics: map[string]float64{"ns/op": nsop, "server-cpu-ns/op": cpu, "client-cpu-ns/op": nsop * 0.5}})
+				addResult(tb, cp, cfg, round, map[string]float64{"ns/op": nsop, "server-cpu-ns/op": cpu, "client-cpu-ns/op": nsop * 0.5})
 			}
 		}
 	}
-	tb.idle = []idleRow{{cfg: "ondemand", conns: 10000, perConn: 0.40 * 1024}, {cfg: "before-ondemand", conns: 10000, perConn: 0.47 * 1024}}
+	addResult(tb, idle, "ondemand", 1, map[string]float64{"rss-bytes/conn": 0.40 * 1024})
+	addResult(tb, idle, "before-ondemand", 1, map[string]float64{"rss-bytes/conn": 0.47 * 1024})
 	tb.calStart = calibration{cpu: "Test CPU", ncpu: 2, kernel: "6.18", toolVer: "go1.26.8", syscallNs: 150, sameCoreUs: 6, crossCoreUs: 40}
 	tb.calEnd = tb.calStart
 
-	text := writeSummary(tb, summaryBlocks(tb, judge(tb, 2)), nil)
+	text := writeSummary(tb, summaryBlocks(tb, judge(tb, 2)), nil, nil)
 	if strings.Contains(text, "before (") || strings.Contains(text, "Against the code before") {
 		t.Errorf("without a -before commit the summary speaks of it:\n%s", text)
 	}
@@ -145,7 +148,7 @@ func TestBeforeVerdict(t *testing.T) {
 			t.Errorf("%s: before or net paired with a before configuration", x.v.cp.short())
 		}
 	}
-	text = writeSummary(tb, summaryBlocks(tb, vs), nil)
+	text = writeSummary(tb, summaryBlocks(tb, vs), nil, nil)
 	t.Log("\n" + text)
 	for _, want := range []string{
 		spaced(`Against the code before \(HEAD~1 \(0123456789ab\), -before\), the default's CPU per request wins in 1 \(echo, 50 conns\), level in 1 \(echo, 1 conn\)\.`),
@@ -200,7 +203,7 @@ func TestBefore(t *testing.T) {
 	out := t.TempDir()
 	var stdout, stderr bytes.Buffer
 	err := run([]string{"-out", out, "-configs", "auto", "-before", "HEAD", "-conns", "1", "-herd=false", "-sweep=false", "-quota", "0",
-		"-unpinned=false", "-http", "none", "-idle", "0", "-runtime", "off", "-rounds", "2", "-duration", "300ms", "-warmup", "100ms"}, &stdout, &stderr)
+		"-unpinned=false", "-neighbour=false", "-http", "none", "-idle", "0", "-runtime", "off", "-rounds", "2", "-duration", "300ms", "-warmup", "100ms"}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
 	}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // server is one configuration under test: a server binary and its flags.
@@ -61,9 +62,9 @@ var servers = []server{
 // idleTimeout is the -idletimeout of the -timeout configurations: longer
 // than idleLifetime, the idle experiment's server -lifetime
 // (TestBufferFreeConfigs checks). Not 1m: a connection there is quiet
-// from its echo to the burst, and the waits in between for RSS to settle
-// and for memstats lines may add up to 80 s (rssBound, idleGCWait) plus
-// the dialling of every connection.
+// from its echo to the burst, and loadgen's waits in between for RSS to
+// settle and for the memstats answers may add up to 30 s plus the
+// dialling of every connection.
 const idleTimeout = "10m"
 
 // runtimeServers are package net's echo server built with the patched
@@ -74,7 +75,8 @@ const idleTimeout = "10m"
 // goroutine waits with a zero-byte Read, which waits only under its
 // setting, and holds a buffer only to echo; so, unlike the other rt- rows,
 // it joins the idle experiment (idleServer), and like waitread it stays out
-// of net/http's cells and the sweep.
+// of net/http's cells and the sweep. rt-profile is the settings together
+// (rtProfile), the runtime's row of the default run beside rt-none.
 var runtimeServers = []server{
 	rtServer("rt-none", ""),
 	rtServer("rt-oneshot", "netpolloneshot=1"),
@@ -83,6 +85,7 @@ var runtimeServers = []server{
 	rtServer("rt-shards4", "netpollshards=4"),
 	rtServer("rt-shortread", "netpollshortread=1"),
 	rtServer("rt-zeroread", "netpollzeroread=1", "-zeroread"),
+	rtServer("rt-profile", rtProfile),
 }
 
 // rtServer is package net's echoserver on the patched toolchain under
@@ -103,6 +106,11 @@ func rtServer(name, godebug string, extra ...string) server {
 	return s
 }
 
+// rtProfile is the runtime's row of the recommended profile: every
+// setting a server gains from, together (the runtime issue names the
+// profile; until then it is this line).
+const rtProfile = "netpollspin=auto,netpollshortread=1,netpollzeroread=1"
+
 // idleServer reports whether s joins the idle experiment: every server but
 // the runtime's rows of package net's plain echo, whose memory per
 // connection the GODEBUG settings do not change (net's row has it);
@@ -113,11 +121,6 @@ func idleServer(s server) bool {
 
 // httpBin is the net/http server binary that runs s's flags.
 func httpBin(s server) string { return strings.Replace(s.bin, "echoserver", "httpserver", 1) }
-
-var (
-	defaultConfigs = []string{"net", "et", "oneshot", "spin", "auto", "gnet", "nbio", "cloudwego", "c"}
-	fullConfigs    = []string{"net", "et", "oneshot", "lt", "spin", "auto", "gnet", "nbio", "cloudwego", "c"}
-)
 
 // pickServers resolves a comma-separated list of names; the before
 // configurations' labels lack their commit (bench adds it).
@@ -147,50 +150,77 @@ func pickServers(names []string) ([]server, error) {
 // runs on the same flags as cmd/echoserver (package net and netpoll; the
 // peers and the C reference serve echo only).
 var httpConfigs = []string{"net", "et", "oneshot", "lt", "spin", "auto", "et-noskip", "auto-noskip",
-	"rt-none", "rt-oneshot", "rt-spin50", "rt-spinauto", "rt-shards4", "rt-shortread"}
+	"rt-none", "rt-oneshot", "rt-spin50", "rt-spinauto", "rt-shards4", "rt-shortread", "rt-profile"}
 
 // defaultHTTPConfigs are those of the default run.
 var defaultHTTPConfigs = []string{"net", "et", "auto"}
 
-// cell is one load shape and where its server runs: the protocol ("" or
-// "echo": framed echo of size bytes; "http": net/http plaintext GET over
-// keep-alive), connections, message size, the total rate of an open loop
-// (requests/s; 0 runs a closed loop), whether the server and the load
-// generator run unpinned (GOMAXPROCS = the machine's CPUs, as servers
-// normally run; otherwise pinned to CPUs of their own when the run pins),
-// and the server's CPU quota in CPUs (a cgroup; 0 for none).
+// kind is what measures a cell.
+type kind uint8
+
+const (
+	kindLoad kind = iota // cmd/loadgen: a closed or an open loop against a fresh server
+	kindIdle             // cmd/loadgen -idle: memory per idle connection, one sample a configuration
+	kindHerd             // cmd/herd: epoll waiters on one wakeup source, one run a mode
+)
+
+var kindNames = [...]string{kindLoad: "load", kindIdle: "idle", kindHerd: "herd"}
+
+func (k kind) String() string { return kindNames[k] }
+
+// cell is one experiment's shape and where its server runs. A load cell
+// (kindLoad) is a protocol ("" or "echo": framed echo of size bytes;
+// "http": net/http plaintext GET over keep-alive), connections, message
+// size, the total rate of an open loop (requests/s; 0 runs a closed
+// loop), whether the server and the load generator run unpinned
+// (GOMAXPROCS = the machine's CPUs, as servers normally run; otherwise
+// pinned to CPUs of their own when the run pins), the server's CPU quota
+// in CPUs (a cgroup; 0 for none), and, in the blocked-neighbour cell, how
+// many of its connections send requests the server holds for delay
+// (loadgen -blocked, echoserver -delay). An idle cell (kindIdle) is conns
+// quiet connections after one echo of size bytes each. A herd cell
+// (kindHerd) is 100 waiters on source for events.
 type cell struct {
+	kind        kind
 	proto       string
 	conns, size int
 	rate        float64
 	unpinned    bool
 	quota       float64
+	blocked     int
+	delay       time.Duration
+	source      string // herd: pipe or accept
+	events      int    // herd
 }
 
 func (c cell) http() bool { return c.proto == "http" }
 
 // String is the cell's labels as in benchmark names.
 func (c cell) String() string {
+	switch c.kind {
+	case kindHerd:
+		return fmt.Sprintf("herd/source=%s/events=%d", c.source, c.events) + c.labels()
+	case kindIdle:
+		return fmt.Sprintf("idle/conns=%d/size=%d", c.conns, c.size) + c.labels()
+	}
 	s := fmt.Sprintf("conns=%d/size=%d", c.conns, c.size)
 	if c.http() {
 		s = fmt.Sprintf("proto=http/conns=%d", c.conns)
 	}
-	return s + c.setting()
-}
-
-// setting is the labels that set the cell apart from the plain pinned
-// closed loop: its placement, then rate= (the label loadgen writes itself).
-func (c cell) setting() string {
-	s := c.placement()
+	if c.blocked > 0 {
+		s += fmt.Sprintf("/blocked=%d", c.blocked)
+	}
+	s += c.labels()
 	if c.rate > 0 {
 		s += "/rate=" + rateLabel(c.rate)
 	}
 	return s
 }
 
-// placement is the labels of where the cell's server runs: pin=off,
-// quota=; the runner passes them to loadgen's -labels.
-func (c cell) placement() string {
+// labels is the labels of where the cell's server runs, pin=off and
+// quota=, and of what it is told, delay=: the runner passes them to
+// loadgen's -labels, which adds conns=, size=, blocked= and rate=.
+func (c cell) labels() string {
 	var s string
 	if c.unpinned {
 		s += "/pin=off"
@@ -198,18 +228,35 @@ func (c cell) placement() string {
 	if c.quota > 0 {
 		s += "/quota=" + strconv.FormatFloat(c.quota, 'f', -1, 64)
 	}
+	if c.delay > 0 {
+		s += "/delay=" + c.delay.String()
+	}
 	return s
+}
+
+// conns says n connections for people.
+func conns(n int) string {
+	if n == 1 {
+		return "1 conn"
+	}
+	return fmt.Sprintf("%d conns", n)
 }
 
 // title names the cell for people.
 func (c cell) title() string {
-	conns := fmt.Sprintf("%d conns", c.conns)
-	if c.conns == 1 {
-		conns = "1 conn"
-	}
-	t := fmt.Sprintf("echo, %s, %d B", conns, c.size)
-	if c.http() {
-		t = "net/http plaintext, keep-alive, " + conns
+	var t string
+	switch {
+	case c.kind == kindHerd:
+		return fmt.Sprintf("thundering herd, 100 waiters on a %s, %d events", c.source, c.events)
+	case c.kind == kindIdle:
+		t = fmt.Sprintf("idle, %s after one %d B echo each", conns(c.conns), c.size)
+	case c.blocked > 0:
+		t = fmt.Sprintf("blocked neighbour, echo %d B: %s pinging beside %s whose requests the server holds %v", c.size,
+			conns(c.conns-c.blocked), conns(c.blocked), c.delay)
+	case c.http():
+		t = "net/http plaintext, keep-alive, " + conns(c.conns)
+	default:
+		t = fmt.Sprintf("echo, %s, %d B", conns(c.conns), c.size)
 	}
 	if c.unpinned {
 		t += ", unpinned"
@@ -223,37 +270,30 @@ func (c cell) title() string {
 	return t
 }
 
-// matches reports whether r was measured in c.
-func (c cell) matches(r result) bool {
-	proto := r.labels["proto"]
-	if c.http() != (proto == "http") || r.labels["conns"] != strconv.Itoa(c.conns) {
-		return false
-	}
-	if !c.http() && r.labels["size"] != strconv.Itoa(c.size) {
-		return false
-	}
-	want := labels("Benchmark" + c.setting() + "\t")
-	for _, k := range []string{"pin", "quota", "rate"} {
-		if r.labels[k] != want[k] {
-			return false
-		}
-	}
-	return true
-}
-
 // short names the cell in the verdict's one column: "echo, 1 conn",
-// "http, 50 conns, unpinned", "echo, 1 conn, quota 0.5", "echo @2000/s".
+// "http, 50 conns, unpinned", "echo, 1 conn, quota 0.5", "open loop
+// 2000/s" (the sweep's, always echo of 1 conn), "blocked neighbour,
+// unpinned", "idle, 18000 conns".
 func (c cell) short() string {
-	s := fmt.Sprintf("%d conns", c.conns)
-	if c.conns == 1 {
-		s = "1 conn"
-	}
-	if c.size != 64 && !c.http() {
-		s += fmt.Sprintf(", %d B", c.size)
-	}
-	s = "echo, " + s
-	if c.http() {
-		s = "http" + strings.TrimPrefix(s, "echo")
+	var s string
+	switch {
+	case c.kind == kindHerd:
+		return "herd, " + c.source
+	case c.kind == kindIdle:
+		return "idle, " + conns(c.conns)
+	case c.blocked > 0:
+		s = "blocked neighbour"
+	case c.rate > 0:
+		s = "open loop " + rateLabel(c.rate) + "/s"
+	default:
+		s = conns(c.conns)
+		if c.size != 64 && !c.http() {
+			s += fmt.Sprintf(", %d B", c.size)
+		}
+		s = "echo, " + s
+		if c.http() {
+			s = "http" + strings.TrimPrefix(s, "echo")
+		}
 	}
 	if c.unpinned {
 		s += ", unpinned"
@@ -261,14 +301,12 @@ func (c cell) short() string {
 	if c.quota > 0 {
 		s += ", quota " + strconv.FormatFloat(c.quota, 'f', -1, 64)
 	}
-	if c.rate > 0 {
-		s += ", open loop " + rateLabel(c.rate) + "/s"
-	}
 	return s
 }
 
 // fileName is the cell in plot file names: conns1-size64, http-conns50,
-// conns1-size64-unpinned, conns1-size64-quota0.5, conns1-size64-rate2000.
+// conns1-size64-unpinned, conns1-size64-quota0.5, conns1-size64-rate2000,
+// conns2-size64-blocked1-unpinned-delay2ms.
 func (c cell) fileName() string {
 	return strings.NewReplacer("proto=http/", "http-", "pin=off", "unpinned", "=", "", "/", "-").Replace(c.String())
 }

@@ -1,16 +1,21 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os/exec"
-	"strconv"
+	"slices"
+	"strings"
 	"time"
 )
+
+// The herd experiment (cmd/herd): 100 epoll waiters on one wakeup source,
+// woken all at once or exclusively, beside the Linux EPOLLEXCLUSIVE
+// patch's pipe test. Its cells are herdCells (plan.go); each mode is a
+// configuration, measured once.
 
 // herdRow is one run of cmd/herd (its -format json).
 type herdRow struct {
@@ -34,47 +39,49 @@ const (
 	seedExclusiveCtxsw = 40308
 )
 
-// runHerd runs the herd experiment: 100 waiters on a pipe (wakeall,
-// exclusive) and on a listening socket (wakeall, exclusive, reuseport).
-// Default: 5,000 pipe events and 1,000 connections; -full: the seed's
-// 20,000 pipe events, 2,000 connections. Not pinned: the waiters are
-// threads on every CPU, as in the seed.
-func runHerd(ctx context.Context, r *runner, o *options, stderr io.Writer) ([]herdRow, error) {
-	pipeEvents, acceptEvents := 5000, 1000
-	if o.full {
-		pipeEvents, acceptEvents = 20000, 2000
+// herdRun runs cmd/herd once with s's flags and returns its run as a
+// benchmark line (herdLine).
+func (r *runner) herdRun(ctx context.Context, s server, cp *cellPlan) (string, error) {
+	cmd := exec.CommandContext(ctx, r.bins[s.bin], slices.Concat(s.args, []string{"-format", "json"})...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("%s %s: %v: %s", s.name, cp, err, lastLines(errb.String(), 3))
 	}
+	var row herdRow
+	if err := json.Unmarshal(out.Bytes(), &row); err != nil {
+		return "", fmt.Errorf("%s %s: bad json %q: %v", s.name, cp, out.String(), err)
+	}
+	return herdLine(s.label, row), nil
+}
+
+// herdLine is a herd run as a benchmark line: its events as iterations,
+// and its totals.
+func herdLine(label string, row herdRow) string {
+	return fmt.Sprintf("BenchmarkHerd/%s/waiters=%d\t%d\t%d wall-ns\t%d cpu-ns\t%d ctxsw\t%d empty-wakeups\t%d min-events\t%g median-events\t%d max-events\t%d idle-waiters",
+		label, row.Waiters, row.Events, row.Wall.Nanoseconds(), row.CPU.Nanoseconds(), row.Ctxsw, row.Empty, row.Min, row.Median, row.Max, row.Zero)
+}
+
+// herdRows are the herd runs of t, in plan order.
+func herdRows(t *table) []herdRow {
 	var rows []herdRow
-	for _, x := range []struct {
-		source, mode string
-		events       int
-	}{
-		{"pipe", "wakeall", pipeEvents}, {"pipe", "exclusive", pipeEvents},
-		{"accept", "wakeall", acceptEvents}, {"accept", "exclusive", acceptEvents}, {"accept", "reuseport", acceptEvents},
-	} {
-		fmt.Fprintf(stderr, "netpollbench: herd %s %s, 100 waiters, %d events\n", x.source, x.mode, x.events)
-		cmd := exec.CommandContext(ctx, r.bins["herd"], "-source", x.source, "-mode", x.mode,
-			"-waiters", "100", "-events", strconv.Itoa(x.events), "-format", "json")
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		if err := cmd.Run(); err != nil {
-			return rows, fmt.Errorf("%s %s: %v: %s", x.source, x.mode, err, errb.String())
+	for _, cp := range t.plan.cells {
+		if cp.kind != kindHerd {
+			continue
 		}
-		sc := bufio.NewScanner(&out)
-		for sc.Scan() {
-			var row herdRow
-			if err := json.Unmarshal(sc.Bytes(), &row); err != nil {
-				return rows, fmt.Errorf("%s %s: bad json %q: %v", x.source, x.mode, sc.Text(), err)
-			}
-			rows = append(rows, row)
+		for _, r := range t.measured(cp) {
+			m := r.metrics
+			rows = append(rows, herdRow{Source: cp.source, Mode: r.labels["cfg"], Events: int(benchN(r.line)),
+				Wall: time.Duration(m["wall-ns"]), CPU: time.Duration(m["cpu-ns"]), Ctxsw: int64(m["ctxsw"]), Empty: int64(m["empty-wakeups"]),
+				Min: int64(m["min-events"]), Median: m["median-events"], Max: int64(m["max-events"]), Zero: int(m["idle-waiters"])})
 		}
 	}
-	return rows, nil
+	return rows
 }
 
 // writeHerd tabulates the herd runs beside the seed's numbers.
 func writeHerd(w io.Writer, rows []herdRow) {
-	fmt.Fprintf(w, "Thundering herd: 100 epoll waiters (threads), one source (cmd/herd)\n\n")
+	fmt.Fprintf(w, "Thundering herd: %d epoll waiters (threads), one source (cmd/herd)\n\n", herdWaiters)
 	fmt.Fprintf(w, "%-7s %-10s %7s %10s %12s %9s %9s %7s  %s\n", "source", "mode", "events", "ctxsw", "ctxsw/event", "cpu", "wall", "empty", "events per waiter: min/median/max, idle waiters")
 	for _, r := range rows {
 		fmt.Fprintf(w, "%-7s %-10s %7d %10d %12.1f %9s %9s %7d  %d/%.0f/%d, %d idle\n", r.Source, r.Mode, r.Events, r.Ctxsw,
@@ -101,4 +108,16 @@ func herdSeed(rows []herdRow) string {
 		s += fmt.Sprintf("Here, pipe: wakeall %d vs exclusive %d (%.0fx).\n", wa, ex, float64(wa)/float64(ex))
 	}
 	return s
+}
+
+// herdText is the herd's table and the seed's line apart, for the
+// report; both "" without herd runs.
+func herdText(t *table) (text, seed string) {
+	rows := herdRows(t)
+	if len(rows) == 0 {
+		return "", ""
+	}
+	var b strings.Builder
+	writeHerd(&b, rows)
+	return b.String(), herdSeed(rows)
 }

@@ -82,6 +82,12 @@ func newHTMLTable(b block) htmlTable {
 			if b.leftAligned(i) {
 				class = "text"
 			}
+			// A row under another (on demand's under the default's, in
+			// the verdict) is indented in the text by spaces, which HTML
+			// collapses: a class indents it instead.
+			if t := strings.TrimLeft(c, " "); i == 0 && t != c {
+				c, class = t, class+" sub"
+			}
 			for _, w := range []string{verdictWins, verdictLoses, verdictLevel, verdictUnresolved} {
 				if strings.HasSuffix(c, " "+w) || strings.Contains(c, " "+w+" ") {
 					class += " " + w
@@ -168,6 +174,7 @@ th, td { padding: .2em .6em; border-bottom: 1px solid #e4e4e4; white-space: nowr
 th { text-align: left; background: #f3f3f3; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.text { text-align: left; font-variant-numeric: tabular-nums; }
+td.sub { padding-left: 2em; }
 td.wins { background: #e3f6e3; }
 td.loses { background: #fbe3e3; }
 td.level { background: #eef1f8; }

@@ -81,9 +81,13 @@ func TestHTML(t *testing.T) {
 		t.Errorf("sections %q, want %q", ids, sectionIDs)
 	}
 	// The summary is tables, not preformatted text: the verdict and the
-	// three cells and idle memory, verdict words marked for colour.
-	if elems["summary table"] != 5 || elems["summary pre"] != 0 {
-		t.Errorf("summary: %d tables and %d <pre>, want 5 tables and no <pre>", elems["summary table"], elems["summary pre"])
+	// three echo cells, the blocked neighbour and idle memory, verdict
+	// words marked for colour, on demand's rows indented.
+	if elems["summary table"] != 6 || elems["summary pre"] != 0 {
+		t.Errorf("summary: %d tables and %d <pre>, want 6 tables and no <pre>", elems["summary table"], elems["summary pre"])
+	}
+	if n := elems["summary td.sub"]; n != 4 {
+		t.Errorf("summary: %d indented cells, want 4 (ondemand's rows of the verdict: all its cells but the quota cell)", n)
 	}
 	for _, class := range []string{"td.wins", "td.loses", "td.level", "td.num"} {
 		if elems["summary "+class] == 0 {
@@ -97,6 +101,8 @@ func TestHTML(t *testing.T) {
 		{"summary", "Verdict: netpoll's default"},
 		{"summary", "echo, 1 conn, quota 0.5"},
 		{"summary", "Idle connections"},
+		{"summary", "blocked neighbour, unpinned"},
+		{"summary", "Against package net, serving on demand"},
 		{"calibration", r.Machine[0]},
 		{"herd", "seed <ctxsw>"},
 		{"tables", "tables.txt"},

@@ -3,37 +3,33 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"io"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
 )
 
-// TestIdle measures 200 idle connections on net, et and the on-demand
-// echo servers (one with an idle timeout, which must not close them), and
-// the C reference (a peer, when a C compiler is there),
-// next to a server whose binary is not there and one that refuses its
-// flags: those two are failures, shown as missing, never as zero. The
-// echoservers tell their memstats; the peer shows — for them.
+// TestIdle runs an idle cell of 200 connections through the runner, as
+// the plan lists it: net, et and the on-demand echo servers (one with an
+// idle timeout, which must not close them) and the C reference (a peer,
+// when a C compiler is there), next to a server whose binary is not there
+// and one that refuses its flags: those two are failures, shown as
+// missing, never as zero. The echoservers answer loadgen's memstats
+// request; the peer shows — for those figures.
 func TestIdle(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds echoserver and runs processes; skipped with -short")
+		t.Skip("builds echoserver and loadgen and runs processes; skipped with -short")
 	}
 	const conns = 200
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // the watchdog
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // the watchdog
 	defer cancel()
 	root, err := moduleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	srvs, err := pickServers([]string{"net", "et", "ondemand", "ondemand-net", "ondemand-timeout", "c"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srvs := mustServers(t, "net", "et", "ondemand", "ondemand-net", "ondemand-timeout", "c")
 	bins, srvs, skipped, err := build(ctx, root, t.TempDir(), srvs, false, false, "", beforeCommit{}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -46,196 +42,180 @@ func TestIdle(t *testing.T) {
 	srvs = append(srvs,
 		server{name: "nothere", label: "cfg=nothere", bin: "nothere"},
 		server{name: "badflags", label: "cfg=badflags/impl=bogus", bin: "echoserver", args: []string{"-impl", "bogus"}})
+	p := &plan{}
+	planIdle(p, &options{idle: conns}, srvs)
+	if len(p.cells) != 1 || len(p.cells[0].srvs) != len(srvs) {
+		t.Fatalf("plan %+v: want one idle cell of every server", p.cells)
+	}
+	cp := p.cells[0]
 	var stderr bytes.Buffer
-	r := &runner{opts: &options{}, bins: bins, stderr: &stderr}
-
-	rows, failures, err := runIdle(ctx, r, srvs, conns)
-	if err != nil {
-		t.Fatalf("runIdle: %v\n%s", err, stderr.String())
+	r := &runner{bins: bins, stderr: &stderr}
+	tb := &table{plan: p}
+	if err := r.runPlan(ctx, p, tb); err != nil {
+		t.Fatalf("runPlan: %v\n%s", err, stderr.String())
 	}
-	if len(rows) != len(srvs) {
-		t.Fatalf("%d rows, want one per server (%d)", len(rows), len(srvs))
+	if len(tb.results) != measured {
+		t.Errorf("%d results, want one per server measured (%d)", len(tb.results), measured)
 	}
-	for _, row := range rows[:measured] {
-		if row.err != nil {
-			t.Errorf("%s: %v", row.cfg, row.err)
+	for _, s := range srvs[:measured] {
+		rs := keepResults(tb.results, s.name)
+		if len(rs) != 1 {
+			t.Errorf("%s: %d results, want 1", s.name, len(rs))
 			continue
 		}
-		buf := idleEchoBuf
-		if row.cfg == "c" {
-			buf = 0
-		}
-		if row.conns != conns || row.buf != buf || row.rssBefore <= 0 || row.rssAfter <= row.rssBefore || row.perConn <= 0 {
-			t.Errorf("%s: conns %d, buf %d, RSS %d -> %d, %.0f bytes/conn: want %d conns, buf %d, RSS growing",
-				row.cfg, row.conns, row.buf, row.rssBefore, row.rssAfter, row.perConn, conns, buf)
-		}
-		checkIdleFigures(t, row)
+		checkIdleResult(t, s, rs[0], conns)
 	}
-	for _, row := range rows[measured:] {
-		if row.err == nil {
-			t.Errorf("%s: measured (RSS %d -> %d), want a failure", row.cfg, row.rssBefore, row.rssAfter)
-		}
-		if l := idleLine(row); l != "" {
-			t.Errorf("%s: failed row has the benchmark line %q", row.cfg, l)
+	if len(tb.failures) != 2 || !strings.HasPrefix(tb.failures[0], "nothere: ") || !strings.HasPrefix(tb.failures[1], "badflags: ") {
+		t.Errorf("failures %q: want one for nothere, one for badflags", tb.failures)
+	}
+	if len(tb.failures) == 2 && !strings.Contains(tb.failures[1], "-impl") {
+		t.Errorf("badflags' failure %q does not pass on the server's complaint", tb.failures[1])
+	}
+	v := judgeCell(tb, cp, 2)
+	table := checkIdleTable(t, v)
+	t.Logf("progress:\n%s\ntable:\n%s", stderr.String(), table)
+	for _, name := range []string{"nothere", "badflags"} {
+		if row := v.row(name); row == nil || !row.missing {
+			t.Errorf("%s: row %+v, want missing", name, row)
 		}
 	}
-	if len(failures) != 2 || !strings.HasPrefix(failures[0], "idle nothere: ") || !strings.HasPrefix(failures[1], "idle badflags: ") {
-		t.Errorf("failures %q: want one line for nothere, one for badflags", failures)
-	}
-	if len(failures) == 2 && !strings.Contains(failures[1], "-impl") {
-		t.Errorf("badflags' failure %q does not pass on the server's complaint", failures[1])
-	}
-	table := checkIdleTable(t, rows)
-	var lines []string
-	for _, row := range rows {
-		if l := idleLine(row); l != "" {
-			lines = append(lines, l)
-		}
-	}
-	t.Logf("progress:\n%s\ntable:\n%s\nidle.txt:\n%s", stderr.String(), table, strings.Join(lines, "\n"))
 	if !strings.Contains(table, "1.00x") {
 		t.Errorf("no 1.00x for net in:\n%s", table)
 	}
-	for _, row := range rows[:measured] {
-		if row.err != nil {
-			continue
-		}
-		f := strings.Fields(tableLine(table, row.cfg+" "))
+	for _, s := range srvs[:measured] {
+		f := strings.Fields(tableLine(table, "  "+s.name+" "))
 		dashes := strings.Count(strings.Join(f, " "), "—")
-		if want := map[bool]int{true: 0, false: 3}[row.gc != nil]; len(f) != 13 || dashes != want {
-			t.Errorf("%s: table row %q: want 11 columns (RSS in two words), %d of them —", row.cfg, f, want)
+		if want := map[bool]int{true: 0, false: 3}[isEchoserver(s)]; len(f) != 13 || dashes != want {
+			t.Errorf("%s: table row %q: want 11 columns (RSS in two words), %d of them —", s.name, f, want)
 		}
 	}
 }
 
-// checkIdleFigures checks a measured row's figures besides the as-is one
-// and its benchmark line. RSS after the burst and heap live and objects
-// grow with connections on every echoserver; RSS after GC may not at 200
-// connections (the on-demand server's growth is within settledRSS's
-// slack), and the kernel figure is system-wide, moved by whatever else
-// runs (other tests), so it is checked for being there, not its sign.
-func checkIdleFigures(t *testing.T, row idleRow) {
+// keepResults are the results of configuration cfg.
+func keepResults(rs []result, cfg string) []result {
+	var out []result
+	for _, r := range rs {
+		if r.labels["cfg"] == cfg {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// checkIdleResult checks a measured idle line: its labels, RSS readings,
+// and the GC figures an echoserver gives and a peer does not. RSS after
+// GC may not grow at 200 connections (the on-demand server's growth is
+// within loadgen's settling slack), and the kernel figure is system-wide,
+// moved by whatever else runs (other tests), so it is checked for being
+// there, not its sign.
+func checkIdleResult(t *testing.T, s server, r result, conns int) {
 	t.Helper()
-	if row.rssBurst <= 0 || row.burstPerConn <= 0 {
-		t.Errorf("%s: RSS after burst %d, %.0f bytes/conn: want growth over 1 conn's", row.cfg, row.rssBurst, row.burstPerConn)
+	m := r.metrics
+	if !strings.HasPrefix(r.line, "BenchmarkIdle/cfg="+s.name+"/") || !strings.Contains(r.line, "/conns=200/size=64\t1\t") ||
+		strings.Contains(r.line, "/buf=4096/") != isEchoserver(s) {
+		t.Errorf("%s: benchmark line %q", s.name, r.line)
 	}
-	if row.slabBefore <= 0 || row.slabAfter <= 0 {
-		t.Errorf("%s: Slab %d -> %d: want both read", row.cfg, row.slabBefore, row.slabAfter)
+	if m["rss-1conn-bytes"] <= 0 || m["rss-bytes"] <= m["rss-1conn-bytes"] || m["rss-bytes/conn"] <= 0 || m["rss-burst-bytes/conn"] <= 0 {
+		t.Errorf("%s: RSS %v -> %v, %v bytes/conn, %v after the burst: want RSS growing", s.name, m["rss-1conn-bytes"], m["rss-bytes"],
+			m["rss-bytes/conn"], m["rss-burst-bytes/conn"])
 	}
-	l := idleLine(row)
-	units := []string{"rss-bytes/conn", "rss-1conn-bytes", "rss-bytes", "rss-burst-bytes/conn", "rss-burst-bytes", "slab-bytes/conn"}
-	gcUnits := []string{"rss-gc-bytes/conn", "rss-gc-1conn-bytes", "rss-gc-bytes", "heap-live-bytes/conn", "heap-objects/conn",
-		"goroutines/conn", "stack-bytes/conn", "heap-live-burst-bytes/conn", "heap-objects-burst/conn", "goroutines-burst/conn", "stack-burst-bytes/conn"}
-	m := newResult(l, 1).metrics
-	label := "/buf=4096/conns=200\t1\t"
-	if row.gc == nil {
-		label = "/conns=200\t1\t"
+	if _, ok := m["slab-bytes/conn"]; !ok {
+		t.Errorf("%s: no kernel figure", s.name)
 	}
-	if !strings.HasPrefix(l, "BenchmarkIdle/cfg="+row.cfg+"/") || !strings.Contains(l, label) {
-		t.Errorf("%s: benchmark line %q", row.cfg, l)
-	}
-	for _, u := range units {
-		if _, ok := m[u]; !ok {
-			t.Errorf("%s: benchmark line %q lacks %s", row.cfg, l, u)
+	gc := []string{"rss-gc-bytes/conn", "heap-live-bytes/conn", "heap-objects/conn", "goroutines/conn", "stack-bytes/conn", "heap-live-burst-bytes/conn"}
+	for _, u := range gc {
+		if _, ok := m[u]; ok != isEchoserver(s) {
+			t.Errorf("%s: %s there %v, want %v", s.name, u, ok, isEchoserver(s))
 		}
 	}
-	for _, u := range gcUnits {
-		if _, ok := m[u]; ok != (row.gc != nil) {
-			t.Errorf("%s: benchmark line %q: %s there %v, want %v (memstats: %v)", row.cfg, l, u, ok, row.gc != nil, row.gc != nil)
-		}
-	}
-	g := row.gc
-	if !strings.HasPrefix(row.label, "cfg=c/") {
-		if g == nil {
-			t.Errorf("%s: no memstats from an echoserver", row.cfg)
-			return
-		}
-	} else if g != nil {
-		t.Errorf("%s: memstats from a peer", row.cfg)
-	}
-	if g == nil {
+	if !isEchoserver(s) {
 		return
 	}
-	if g.rss1 <= 0 || g.rssAll <= 0 {
-		t.Errorf("%s: RSS after GC %d -> %d: want both read", row.cfg, g.rss1, g.rssAll)
-	}
-	if g.all.heapLive <= g.one.heapLive || g.all.objects <= g.one.objects || g.one.heapLive <= 0 || g.one.goroutines <= 0 {
-		t.Errorf("%s: memstats %+v -> %+v: want heap live and objects growing", row.cfg, g.one, g.all)
+	if m["heap-live-bytes/conn"] <= 0 || m["heap-objects/conn"] <= 0 {
+		t.Errorf("%s: heap live %v B, %v objects per conn: want growth", s.name, m["heap-live-bytes/conn"], m["heap-objects/conn"])
 	}
 	// A goroutine per connection on package net, and on netpoll but for
 	// the on-demand servers there, which hold none for an idle one.
-	onDemand := row.cfg == "ondemand" || row.cfg == "ondemand-timeout"
-	if d := perConn(g.one.goroutines, g.all.goroutines, row.conns); onDemand != (d < 0.5) {
-		t.Errorf("%s: %.2f goroutines per connection", row.cfg, d)
-	}
-	if g.burst.heapLive <= 0 || g.burst.goroutines <= 0 {
-		t.Errorf("%s: memstats after the burst %+v", row.cfg, g.burst)
+	onDemand := s.name == "ondemand" || s.name == "ondemand-timeout"
+	if g := m["goroutines/conn"]; onDemand != (g < 0.5) {
+		t.Errorf("%s: %.2f goroutines per connection", s.name, g)
 	}
 }
 
-// TestWriteIdle tabulates rows without net's and with a long error: every
-// figure that cannot be had says missing, and no line is over 120 columns.
-func TestWriteIdle(t *testing.T) {
-	rows := []idleRow{
-		{cfg: "net", conns: 10000, err: errors.New("connection 4711 of 10000: " + strings.Repeat("dial tcp: connection refused; ", 10))},
-		{cfg: "et", conns: 10000, rssBefore: 8 << 20, rssAfter: 100 << 20, perConn: 9646, unsettled: []string{"RSS all conns"}},
+// TestIdleBlock tabulates an idle cell without net and with a failed
+// configuration and one whose readings did not settle: every figure that
+// cannot be had says missing or —, and no line is over 120 columns.
+func TestIdleBlock(t *testing.T) {
+	cp := &cellPlan{cell: cell{kind: kindIdle, conns: 10000, size: 64}, srvs: mustServers(t, "net", "et", "gnet"), rounds: 1, file: idleFile}
+	tb := &table{plan: &plan{cells: []*cellPlan{cp}}}
+	addResult(tb, cp, "et", 1, map[string]float64{"rss-bytes/conn": 9646, "rss-1conn-bytes": 8 << 20, "rss-bytes": 100 << 20,
+		"rss-burst-bytes/conn": 9700, "slab-bytes/conn": 8000, "unsettled-readings": 1})
+	addResult(tb, cp, "gnet", 1, map[string]float64{"rss-bytes/conn": 500, "rss-1conn-bytes": 6 << 20, "rss-bytes": 11 << 20,
+		"rss-burst-bytes/conn": 500, "slab-bytes/conn": 8000, "unsettled-readings": 0})
+	table := checkIdleTable(t, judgeCell(tb, cp, 2))
+	et := tableLine(table, "  et ")
+	if !strings.Contains(et, "9.42") || !strings.Contains(et, " — ") {
+		t.Errorf("et: %q: want 9.42 KiB per conn, the ratio to net —", et)
 	}
-	table := checkIdleTable(t, rows)
-	et := tableLine(table, "et ")
-	if strings.Count(et, "missing") != 1 || !strings.Contains(et, "9.42") {
-		t.Errorf("et: %q: want 9.42 KiB per conn, the ratio to net missing", et)
+	if !strings.Contains(table, "et: 1 reading(s) still moving") {
+		t.Errorf("no note of et's unsettled reading in:\n%s", table)
 	}
-	if !strings.Contains(table, "et: RSS all conns still moving") {
-		t.Errorf("no note of et's unsettled RSS in:\n%s", table)
-	}
-}
-
-func TestNewIdleRow(t *testing.T) {
-	for _, tt := range []struct {
-		name  string
-		s     server
-		args  string
-		buf   int
-		label string
-	}{
-		{"echoserver", server{"net", "cfg=net", "echoserver", []string{"-impl", "net"}, nil}, "-impl net -buf 4096", 4096, "cfg=net/buf=4096"},
-		{"own -buf", server{"n", "cfg=n", "echoserver", []string{"-buf", "65536"}, nil}, "-buf 65536", 65536, "cfg=n/buf=65536"},
-		{"own -buf=", server{"n", "cfg=n", "echoserver", []string{"-buf=1024"}, nil}, "-buf=1024", 1024, "cfg=n/buf=1024"},
-		{"peer", server{"gnet", "cfg=gnet", "gnetecho", nil, nil}, "", 0, "cfg=gnet"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			row, args := newIdleRow(tt.s, 10)
-			if strings.Join(args, " ") != tt.args || row.buf != tt.buf || row.label != tt.label || row.conns != 10 {
-				t.Errorf("args %q, buf %d, label %q, conns %d; want %q, %d, %q, 10", args, row.buf, row.label, row.conns, tt.args, tt.buf, tt.label)
-			}
-		})
+	if net := tableLine(table, "  net "); strings.Count(net, "missing") != 9 {
+		t.Errorf("net: %q: want its nine figures missing", net)
 	}
 }
 
-// checkIdleTable writes rows and checks that no line is over 120 columns
-// and that each failed row says missing in all its figures and shows no
-// number but its connection count. It returns the table.
-func checkIdleTable(t *testing.T, rows []idleRow) string {
+// checkIdleTable writes v's idle block and checks that no line is over
+// 120 columns and that each missing row says missing in all its figures.
+// It returns the table.
+func checkIdleTable(t *testing.T, v cellVerdict) string {
 	t.Helper()
 	var b strings.Builder
-	writeBlock(&b, idleBlock(rows))
+	writeBlock(&b, idleBlock("idle", v))
 	table := b.String()
 	for _, l := range strings.Split(table, "\n") {
 		if n := utf8.RuneCountInString(l); n > 120 {
 			t.Errorf("line of %d columns: %q", n, l)
 		}
 	}
-	for _, row := range rows {
-		l := tableLine(table, row.cfg+" ")
-		if row.err == nil {
+	for _, r := range v.rows {
+		if !r.missing {
 			continue
 		}
-		f := strings.Fields(l)
-		if len(f) != 11 || strings.Count(l, "missing") != 9 {
-			t.Errorf("failed %s: %q: want its nine figures missing", row.cfg, l)
+		l := tableLine(table, "  "+r.cfg+" ")
+		if f := strings.Fields(l); len(f) != 11 || strings.Count(l, "missing") != 9 {
+			t.Errorf("missing %s: %q: want its nine figures missing", r.cfg, l)
 		}
 	}
 	return table
+}
+
+// TestIdleArgs: echoserver configurations get -buf 4096 unless they set
+// -buf, and say so in their labels; peers run as they are.
+func TestIdleArgs(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		s     server
+		args  string
+		label string
+	}{
+		{"echoserver", server{"net", "cfg=net", "echoserver", []string{"-impl", "net"}, nil}, "-impl net -buf 4096", "cfg=net/buf=4096"},
+		{"own -buf", server{"n", "cfg=n", "echoserver", []string{"-buf", "65536"}, nil}, "-buf 65536", "cfg=n/buf=65536"},
+		{"own -buf=", server{"n", "cfg=n", "echoserver", []string{"-buf=1024"}, nil}, "-buf=1024", "cfg=n/buf=1024"},
+		{"peer", server{"gnet", "cfg=gnet", "gnetecho", nil, nil}, "", "cfg=gnet"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			in := tt.s
+			args := strings.Join(in.args, " ")
+			s := idleArgs(in)
+			if strings.Join(s.args, " ") != tt.args || s.label != tt.label {
+				t.Errorf("args %q, label %q; want %q, %q", s.args, s.label, tt.args, tt.label)
+			}
+			if strings.Join(in.args, " ") != args {
+				t.Errorf("idleArgs changed the configuration's own flags: %q", in.args)
+			}
+		})
+	}
 }
 
 // tableLine returns the table's line that starts with prefix.
@@ -246,55 +226,4 @@ func tableLine(table, prefix string) string {
 		}
 	}
 	return ""
-}
-
-func TestParseMemstats(t *testing.T) {
-	m, err := parseMemstats("echoserver: memstats heap-live=123488 heap-objects=377 goroutines=16 stacks=360448")
-	if want := (memstats{123488, 377, 16, 360448}); err != nil || m != want {
-		t.Errorf("got %+v, %v; want %+v", m, err, want)
-	}
-	for _, l := range []string{
-		"echoserver: memstats heap-live=1 heap-objects=2 goroutines=3",
-		"echoserver: memstats heap-live=? heap-objects=2 goroutines=3 stacks=4",
-		"heap-live=1 heap-objects=2 goroutines=3 stacks=4",
-	} {
-		if _, err := parseMemstats(l); err == nil {
-			t.Errorf("%q parsed", l)
-		}
-	}
-}
-
-// TestServerLogLine: line finds the n-th complete line with a prefix,
-// waits for one written later, in pieces, and gives up at its timeout.
-func TestServerLogLine(t *testing.T) {
-	var l serverLog
-	l.Write([]byte("x: 0\nnoise\nx: 1\nx: 2"))
-	ctx := t.Context()
-	if got, err := l.line(ctx, "x: ", 1, time.Second); got != "x: 1" || err != nil {
-		t.Errorf("line 1: %q, %v", got, err)
-	}
-	// Each piece is written once line is waiting for a write (l.wrote
-	// made), so that it is a wait that sees them.
-	waiting := func() {
-		for end := time.Now().Add(10 * time.Second); time.Now().Before(end); runtime.Gosched() {
-			l.mu.Lock()
-			w := l.wrote != nil
-			l.mu.Unlock()
-			if w {
-				return
-			}
-		}
-	}
-	go func() {
-		waiting()
-		l.Write([]byte(" and more"))
-		waiting()
-		l.Write([]byte("\n"))
-	}()
-	if got, err := l.line(ctx, "x: ", 2, 10*time.Second); got != "x: 2 and more" || err != nil {
-		t.Errorf("line 2: %q, %v", got, err)
-	}
-	if got, err := l.line(ctx, "x: ", 3, 100*time.Millisecond); err == nil {
-		t.Errorf("line 3: %q, want a timeout", got)
-	}
 }

@@ -1,13 +1,16 @@
 // Command netpollbench runs the comparison and says first whether
-// netpoll's default beats package net. It measures the machine (a syscall,
-// wakeup round trips on one CPU and across two), then a plan of cells: echo
-// at 1 and 50 connections with the server pinned to one CPU
-// (GOMAXPROCS=1) and the load generator on another, the same unpinned (as
-// servers normally run), net/http plaintext over keep-alive, echo under a
-// CPU quota (a cgroup of 0.5 CPU, the tail and throttling measured), and
-// an open-loop sweep; then resident memory per idle connection and the
-// thundering-herd experiment. Every configuration (package net, netpoll's
-// modes, its spinning and adaptive pollers, the peers gnet, nbio and
+// netpoll's default, and serving on demand (netpoll.Server), beat package
+// net. It measures the machine (a syscall, wakeup round trips on one CPU
+// and across two), then a plan of cells (plan.go): echo at 1 and 50
+// connections with the server pinned to one CPU (GOMAXPROCS=1) and the
+// load generator on another, the same unpinned (as servers normally run),
+// net/http plaintext over keep-alive, the blocked neighbour (one
+// connection's requests held 2 ms by the server, outside its poller, while
+// another pings), echo under a CPU quota (a cgroup of 0.5 CPU, the tail and
+// throttling measured), an open-loop sweep, resident memory per idle
+// connection (18,000 of them) and the thundering-herd experiment. Every
+// configuration (package net, netpoll's default and modes, on demand, its
+// spinning and adaptive pollers, the peers gnet, nbio and
 // cloudwego/netpoll, a C epoll reference, the patched runtime's rows) runs
 // as a separate server process under cmd/loadgen, once per round, in a
 // random order within the round (-seed), so the host's drift between
@@ -15,19 +18,26 @@
 // served by cmd/echoserver built from the commit REF (before.go), paired
 // with the default in the same way: a change's cost, measured in one run.
 //
-// The verdict (paired.go, verdict.go) compares each configuration with net
-// and the best peer on each cell's measure: req/s where the server is the
-// bottleneck, server CPU per request where the load generator or the
-// machine is saturated or the loop is open, p99.9 under a quota. It prints
-// the summary (summary.txt), writes the benchstat tables, plots and one
-// self-contained report.html into the output directory, and exits
-// non-zero if a measurement failed.
+// The pipeline has three stages: the plan lists every experiment
+// (plan.go), the runner measures it into one table and writes nothing
+// (runner.go), and the render stage writes every file from the table
+// alone (render.go): table.json, which it can be read back from, the
+// benchmark lines, the summary (summary.txt), the benchstat tables, the
+// plots and one self-contained report.html.
 //
-//	go run ./cmd/netpollbench              # about five minutes on 2 CPUs
+// The verdict (paired.go, verdict.go) compares the default and on demand
+// with net and the best peer on each cell's measure: req/s where the
+// server is the bottleneck, server CPU per request where the load
+// generator or the machine is saturated or the loop is open, the time
+// throttled under a quota, the pinging connection's p99 beside a blocked
+// one, memory per idle connection. netpollbench exits non-zero if a
+// measurement failed.
+//
+//	go run ./cmd/netpollbench              # about six minutes on 2 CPUs
 //	go run ./cmd/netpollbench -full        # the whole matrix
 //	go run ./cmd/netpollbench -compare out/OLD
 //	go run ./cmd/netpollbench -before HEAD~1 # the default beside itself built from the parent commit
-//	go run ./cmd/netpollbench -configs net,auto -conns 1 -http none -quota 0 -sweep=false -idle 0 -herd=false
+//	go run ./cmd/netpollbench -configs net,auto -conns 1 -http none -quota 0 -sweep=false -neighbour=false -idle 0 -herd=false
 package main
 
 import (
@@ -76,11 +86,13 @@ type options struct {
 	quotaDuration time.Duration
 	quotaWarmup   time.Duration
 	herd          bool
+	neighbour     bool      // run the blocked-neighbour cell
 	sweep         bool      // run the open-loop sweep
 	rates         []float64 // the sweep's rates, ascending, the closed loop (0) last
 	sweepRounds   int
 	full          bool
 	compare       string
+	render        string // -render: a run's directory to render again; "" to measure
 	idle          int    // idle connections for the memory experiment; 0: off
 	rtGoroot      string // the patched toolchain, when the runtime's rows run
 	before        string // -before: the commit the before configurations are built from; "" for none
@@ -102,22 +114,27 @@ type runDefaults struct {
 	quotaWarmup   time.Duration
 }
 
+// runBudget is how long the default run may take to measure, on 2 CPUs
+// with the runtime's rows, by its plan's estimate (TestDefaultRunTime).
+const runBudget = 6 * time.Minute
+
 var (
 	// The default run: the configurations the verdict needs (package net,
-	// netpoll's defaults, the same without spinning, the best peer of
-	// recorded runs) with enough rounds for the paired interval, within
-	// about 5 minutes on 2 CPUs. -full runs the whole matrix.
+	// netpoll's defaults, the same without spinning, serving on demand,
+	// the best peer of recorded runs, and the runtime's rows shrunk to
+	// rt-none and its profile) with enough rounds for the paired interval,
+	// within runBudget. -full runs the whole matrix.
 	defaults = runDefaults{
-		configs:   []string{"net", "auto", "et", "gnet"},
-		rtConfigs: []string{"rt-none", "rt-spinauto", "rt-shortread"},
+		configs:   []string{"net", "auto", "et", "ondemand", "gnet"},
+		rtConfigs: []string{"rt-none", "rt-profile"},
 		conns:     "1,50", sizes: "64",
-		rounds: 8, duration: 400 * time.Millisecond, warmup: 150 * time.Millisecond,
+		rounds: 6, duration: 400 * time.Millisecond, warmup: 150 * time.Millisecond,
 		sweepRounds: 5,
-		quotaRounds: 5, quotaDuration: 3 * time.Second, quotaWarmup: 500 * time.Millisecond,
+		quotaRounds: 5, quotaDuration: 2 * time.Second, quotaWarmup: 500 * time.Millisecond,
 	}
 	fullDefaults = runDefaults{
-		configs:   []string{"net", "et", "oneshot", "lt", "spin", "auto", "gnet", "nbio", "cloudwego", "c"},
-		rtConfigs: []string{"rt-none", "rt-oneshot", "rt-spin50", "rt-spinauto", "rt-shards4", "rt-shortread", "rt-zeroread"},
+		configs:   []string{"net", "et", "oneshot", "lt", "spin", "auto", "ondemand", "gnet", "nbio", "cloudwego", "c"},
+		rtConfigs: []string{"rt-none", "rt-oneshot", "rt-spin50", "rt-spinauto", "rt-shards4", "rt-shortread", "rt-zeroread", "rt-profile"},
 		conns:     "1,50,1000", sizes: "64,4096",
 		rounds: 10, duration: 2 * time.Second, warmup: 500 * time.Millisecond,
 		sweepRounds: 6,
@@ -135,7 +152,31 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if o.render != "" {
+		return rerender(ctx, o, stdout)
+	}
 	return bench(ctx, o, stdout, stderr)
+}
+
+// rerender renders the run in o.render again, from its table.json alone,
+// into o.out: the files of a recorded run after a change to how they are
+// made, with nothing measured.
+func rerender(ctx context.Context, o *options, stdout io.Writer) error {
+	t, err := readTable(o.render)
+	if err != nil {
+		return fmt.Errorf("-render: %w", err)
+	}
+	if o.compare != "" {
+		t.compare = o.compare
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	return render(ctx, root, o.out, t, stdout)
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -143,7 +184,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.SetOutput(stderr)
 	d, f := defaults, fullDefaults
 	o := &options{}
-	fs.StringVar(&o.out, "out", "", "output directory (default out/<time>)")
+	fs.StringVar(&o.out, "out", "", "output directory (default out/<time>; with -render, the run's own)")
+	fs.StringVar(&o.render, "render", "", "measure nothing: render the run in `DIR` again from its table.json (into -out, or DIR), with -compare if given")
 	configs := fs.String("configs", "", "comma-separated configurations (default "+both(strings.Join(d.configs, ","), strings.Join(f.configs, ","))+
 		"; and the runtime's rows "+both(strings.Join(d.rtConfigs, ","), strings.Join(f.rtConfigs, ","))+" when the patched toolchain is built)")
 	conns := fs.String("conns", "", "comma-separated connection counts (default "+both(d.conns, f.conns)+")")
@@ -157,6 +199,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.quotaRounds, "quota-rounds", 0, "rounds of the quota cell (default "+both(d.quotaRounds, f.quotaRounds)+")")
 	fs.DurationVar(&o.quotaDuration, "quota-duration", 0, "measured time per measurement in the quota cell, long enough for its tail (default "+both(d.quotaDuration, f.quotaDuration)+")")
 	fs.BoolVar(&o.herd, "herd", true, "also run the thundering-herd experiment")
+	fs.BoolVar(&o.neighbour, "neighbour", true, fmt.Sprintf("also run the blocked-neighbour cell: echo unpinned, one connection's requests each held %v by the server while another pings, for those of %s among -configs",
+		neighbourDelay, strings.Join(neighbourConfigs, ", ")))
 	fs.BoolVar(&o.sweep, "sweep", true, "also run the open-loop sweep: 1 conn, 64 B, at each of -rates, for those of "+strings.Join(sweepConfigs, ", ")+" among -configs")
 	rates := fs.String("rates", "2000,10000,closed", "sweep: comma-separated offered loads in requests/s; 0 or closed for the closed loop")
 	fs.IntVar(&o.sweepRounds, "sweep-rounds", 0, "sweep rounds (default "+both(d.sweepRounds, f.sweepRounds)+")")
@@ -165,7 +209,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	httpFlag := fs.String("http", "", "comma-separated configurations also measured serving net/http plaintext over keep-alive at each of -conns, among "+strings.Join(httpConfigs, ", ")+
 		", or none (default "+strings.Join(defaultHTTPConfigs, ",")+" and the runtime's rows of the run; -full: all of them among -configs)")
 	rt := fs.String("runtime", "auto", "rows for the patched runtime (runtime_patch/build.sh) under GODEBUG settings, package net's servers: auto (when the toolchain is built), on or off")
-	fs.IntVar(&o.idle, "idle", 10000, "idle connections held open to measure each server's resident memory per connection; 0 skips it")
+	fs.IntVar(&o.idle, "idle", 18000, "idle connections held open to measure each server's resident memory per connection; 0 skips it")
 	fs.StringVar(&o.before, "before", "", "a git commit `REF`: also run the configuration before, "+defaultCfg+" served by cmd/echoserver built from REF, "+
 		"in the echo cells and the idle experiment, paired with "+defaultCfg+" within rounds (before-NAME in -configs serves echoserver's NAME so)")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the order within rounds (default: from the clock; raw.txt records it)")
@@ -174,6 +218,20 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.render != "" {
+		var measuring []string
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name != "render" && f.Name != "out" && f.Name != "compare" {
+				measuring = append(measuring, "-"+f.Name)
+			}
+		})
+		if len(measuring) > 0 {
+			return nil, fmt.Errorf("-render measures nothing: not with %s", strings.Join(measuring, ", "))
+		}
+		if o.out == "" {
+			o.out = o.render
+		}
 	}
 	if o.full {
 		d = f
@@ -320,8 +378,9 @@ func ints(name, s string, least int) ([]int, error) {
 	return out, nil
 }
 
-// bench runs the pipeline: build, calibrate, plan, measure the plan into
-// the results table, calibrate again, render.
+// bench runs the pipeline: build, plan, calibrate, measure the plan into
+// the table, calibrate again, render the table. An interrupted run writes
+// the data it measured (writeData) and no more.
 func bench(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	srvs, err := pickServers(o.configs)
 	if err != nil {
@@ -331,7 +390,7 @@ func bench(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	t := &table{seed: o.seed}
+	t := &table{seed: o.seed, compare: o.compare}
 	if o.before != "" {
 		// Before anything is built or measured: a bad name fails at once.
 		if t.before, err = resolveBefore(ctx, root, o.before); err != nil {
@@ -346,7 +405,7 @@ func bench(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
-	r := &runner{opts: o, stderr: stderr, pin: o.pinned, perf: perfWorks()}
+	r := &runner{stderr: stderr, pin: o.pinned, perf: perfWorks()}
 	fmt.Fprintf(stderr, "netpollbench: output in %s; %s; %s\n", o.out, pinNote(r.pin), perfNote(r.perf))
 	r.bins, srvs, t.skipped, err = build(ctx, root, filepath.Join(o.out, "bin"), srvs, o.herd, len(o.http) > 0, o.rtGoroot, t.before, stderr)
 	if err != nil {
@@ -356,46 +415,32 @@ func bench(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	if o.quota > 0 {
 		quotaErr = quotaAvailable(o.quota)
 	}
-	t.plan = makePlan(o, srvs, t.skipped, quotaErr)
-	fmt.Fprintf(stderr, "netpollbench: %d cells, %d rounds, about %v of measurements\n", len(t.plan.cells), t.plan.rounds(), t.plan.duration().Round(time.Second))
+	t.plan = makePlan(o, srvs, quotaErr)
+	fmt.Fprintf(stderr, "netpollbench: %d cells, %d rounds, about %v\n", len(t.plan.cells), t.plan.rounds(), t.plan.duration().Round(time.Second))
 
 	// Calibration first: what the machine charges, before anything runs.
 	if t.calStart, err = calibrate(pinNote(r.pin)); err != nil {
 		return fmt.Errorf("calibration: %w", err)
 	}
-	r.cal = t.calStart
 	fmt.Fprintf(stderr, "Machine: %s\nCalibration before: %s\n", t.calStart.machine(), t.calStart)
 	if err := r.runPlan(ctx, t.plan, t); err != nil {
-		return err
+		if werr := writeData(o.out, t); werr != nil {
+			return errors.Join(err, werr)
+		}
+		return fmt.Errorf("%w: what was measured is in %s", err, o.out)
 	}
-	// Calibration last: if the host changed speed mid-run, say so.
+	// Calibration last: if the host changed speed mid-run, the render
+	// says so.
 	if t.calEnd, err = calibrate(pinNote(r.pin)); err != nil {
 		return fmt.Errorf("calibration at the end: %w", err)
 	}
-	if err := appendCalibEnd(o.out, t.calEnd); err != nil {
-		return err
-	}
-	if m := moved(t.calStart.figures(), t.calEnd.figures(), calibMovedFraction); len(m) > 0 {
-		t.warnings = append(t.warnings, fmt.Sprintf("THE HOST CHANGED SPEED DURING THE RUN: calibration moved by more than %.0f%%: %s. "+
-			"Compare only ratios within a round, and rerun.", calibMovedFraction*100, strings.Join(m, ", ")))
-	}
-	if err := report(ctx, root, o, t, stdout); err != nil {
+	if err := render(ctx, root, o.out, t, stdout); err != nil {
 		return err
 	}
 	if len(t.failures) > 0 {
 		return fmt.Errorf("%d measurement(s) failed:\n%s", len(t.failures), strings.Join(t.failures, "\n"))
 	}
 	return nil
-}
-
-// appendCalibEnd records the closing calibration in raw.txt.
-func appendCalibEnd(dir string, cal calibration) error {
-	f, err := os.OpenFile(filepath.Join(dir, rawFile), os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
-	if err != nil {
-		return err
-	}
-	cal.writeConfig(f, "calib-end-")
-	return f.Close()
 }
 
 // quotaAvailable reports why no cgroup with a CPU quota can be made here,
@@ -440,17 +485,30 @@ func writeHeader(w io.Writer, cal calibration) {
 	cal.writeConfig(w, "calib-")
 }
 
-// progress is the progress line's digest of a benchmark line.
-func progress(line string) string {
-	m := metrics(line)
+// progress is the progress line's digest of a measurement.
+func progress(r result) string {
+	m := r.metrics
+	switch r.cell.kind {
+	case kindIdle:
+		s := fmt.Sprintf("%7.2f KiB/conn as-is", m["rss-bytes/conn"]/1024)
+		if v, ok := m["heap-live-bytes/conn"]; ok {
+			s += fmt.Sprintf(", heap live %.0f B/conn", v)
+		}
+		return s
+	case kindHerd:
+		return fmt.Sprintf("%8.1f ctxsw/event", m["ctxsw"]/float64(max(benchN(r.line), 1)))
+	}
 	s := fmt.Sprintf("%8.0f req/s  p50 %6.1fµs  p99 %7.1fµs", 1e9/m["ns/op"], m["p50-ns"]/1e3, m["p99-ns"]/1e3)
+	if r.cell.blocked > 0 {
+		s += fmt.Sprintf("  max %7.1fµs", m["max-ns"]/1e3)
+	}
 	if v, ok := m["server-cpu-ns/op"]; ok {
 		s += fmt.Sprintf("  server %5.1fµs/req", v/1e3)
 	}
 	if v, ok := m["syscalls/op"]; ok {
 		s += fmt.Sprintf("  %4.1f syscalls/req", v)
 	}
-	if v, ok := m[utilUnit]; ok {
+	if v, ok := value(r, utilUnit); ok && r.cell.rate > 0 {
 		s += fmt.Sprintf("  server %4.2f CPUs", v)
 	}
 	return s

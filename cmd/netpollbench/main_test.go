@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -20,11 +21,15 @@ import (
 // TestTiny runs netpollbench in a tiny configuration end to end: every
 // configuration produces a result per cell and round, pinned and
 // unpinned, benchstat's table parses and has a column per configuration,
-// the quota cell counts its throttling, the herd table has its rows, the
-// plots are written, the summary starts with the verdict, and the sweep
-// measures its configurations at 2000 req/s and takes the closed loop from
-// the main matrix's 1-conn cell. The windows are long enough to get
-// answers even with the machine loaded by parallel test binaries.
+// the quota cell counts its throttling, the blocked neighbour counts the
+// requests its server held, the idle cell and the herd have a result per
+// configuration, the plots are written, the summary starts with the
+// verdict, and the sweep measures its configurations at 2000 req/s and
+// takes the closed loop from the main matrix's 1-conn cell. The table
+// holds exactly the plan's measurements (checkPlanned), and a render of
+// the table read back from the run's table.json writes the same files
+// (checkRerender). The windows are long enough to get answers even with
+// the machine loaded by parallel test binaries.
 func TestTiny(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds every server and runs processes; skipped with -short")
@@ -39,7 +44,7 @@ func TestTiny(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	configs := []string{"net", "et", "spin", "gnet", "nbio", "cloudwego", "c"}
+	configs := []string{"net", "et", "spin", "ondemand", "gnet", "nbio", "cloudwego", "c"}
 	var stdout, stderr bytes.Buffer
 	err = run([]string{"-out", out, "-configs", strings.Join(configs, ","), "-conns", "1,4", "-sizes", "64",
 		"-rounds", "2", "-duration", "600ms", "-warmup", "200ms", "-rates", "2000,closed", "-sweep-rounds", "1",
@@ -89,8 +94,8 @@ func TestTiny(t *testing.T) {
 	if i := bytes.Index(tables, []byte("│")); i < 0 || !bytes.HasPrefix(bytes.TrimLeft(tables[i+len("│"):], " "), []byte("net ")) {
 		t.Errorf("tables.txt's first column is not net (the base):\n%s", tables)
 	}
-	// The quota cell: net and et (auto is not among -configs), each with
-	// the throttling of its window.
+	// The quota cell: net, et and ondemand (auto is not among -configs),
+	// each with the throttling of its window.
 	if strings.Contains(stdout.String(), "Quota cell skipped") {
 		if os.Getenv("CI") != "" {
 			t.Errorf("the quota cell was skipped under CI (root, cgroups): %s", stdout.String())
@@ -107,8 +112,8 @@ func TestTiny(t *testing.T) {
 				t.Errorf("quota result %v %v", r.labels, r.metrics)
 			}
 		}
-		if slices.Sort(got); !slices.Equal(got, []string{"et", "net"}) {
-			t.Errorf("quota.txt has %v, want et and net once each", got)
+		if slices.Sort(got); !slices.Equal(got, []string{"et", "net", "ondemand"}) {
+			t.Errorf("quota.txt has %v, want et, net and ondemand once each", got)
 		}
 	}
 	herd, err := os.ReadFile(filepath.Join(out, "herd.txt"))
@@ -126,12 +131,30 @@ func TestTiny(t *testing.T) {
 		}
 	}
 	checkReport(t, out, stdout.String(), ran, []string{"Verdict: ", "echo, 1 conn, 64 B", "echo, 4 conns, 64 B",
-		"echo, 4 conns, 64 B, unpinned", "net/http plaintext, keep-alive, 1 conn", "net/http plaintext, keep-alive, 4 conns"})
+		"echo, 4 conns, 64 B, unpinned", "net/http plaintext, keep-alive, 1 conn", "net/http plaintext, keep-alive, 4 conns",
+		"blocked neighbour, echo 64 B: 1 conn pinging beside 1 conn whose requests the server holds 2ms, unpinned", "Idle connections: "})
+	// The blocked neighbour: net and ondemand (auto is not among
+	// -configs), the pinger's figures and the held requests counted.
+	nb, err := readResults(filepath.Join(out, neighbourFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range nb {
+		got = append(got, r.labels["cfg"])
+		if r.labels["blocked"] != "1" || r.labels["delay"] != "2ms" || r.labels["pin"] != "off" || r.metrics["blocked-requests"] < 1 ||
+			r.metrics["ns/op"] <= 0 || r.metrics["max-ns"] <= 0 || r.metrics["errors"] != 0 {
+			t.Errorf("neighbour result %v %v", r.labels, r.metrics)
+		}
+	}
+	if slices.Sort(got); !slices.Equal(got, []string{"net", "net", "ondemand", "ondemand"}) {
+		t.Errorf("neighbour.txt has %v, want net and ondemand in each of 2 rounds", got)
+	}
 	idle, err := readResults(filepath.Join(out, "idle.txt"))
 	if err != nil || len(idle) != len(ran) {
 		t.Errorf("idle.txt: %d results (%v), want one per configuration (%d)", len(idle), err, len(ran))
 	}
-	if !strings.Contains(stdout.String(), "per conn") {
+	if !strings.Contains(stdout.String(), "KiB per conn") {
 		t.Errorf("the summary lacks the idle table")
 	}
 	// The warm-up round is measured and set aside: every configuration
@@ -162,6 +185,128 @@ func TestTiny(t *testing.T) {
 		}
 	}
 	checkSweep(t, out, stdout.String(), swept, map[string]int{"2000": 1, "closed": 2})
+	tb := checkPlanned(t, out)
+	checkRerender(t, out, tb)
+}
+
+// checkPlanned reads the table back from the run in out and checks that
+// every measurement in it is one the plan lists, once: each
+// configuration of each cell in each of its rounds (the warm-up round:
+// each configuration once), the idle cell and the herd once each. (A
+// configuration the build dropped, the C reference without a compiler,
+// is in no cell of the plan.) It returns the table.
+func checkPlanned(t *testing.T, out string) *table {
+	t.Helper()
+	tb, err := readTable(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tb.failures) > 0 {
+		t.Errorf("failures: %q", tb.failures)
+	}
+	seen := map[string]int{}
+	for _, r := range tb.results {
+		if !slices.Contains(tb.plan.cells, r.cell) {
+			t.Fatalf("result of a cell not in the plan: %s", r.line)
+		}
+		seen[fmt.Sprintf("%s %s %d", r.cell, r.labels["cfg"], r.round)]++
+	}
+	want := map[string]int{}
+	for round := 0; round <= tb.plan.rounds(); round++ {
+		for _, j := range tb.plan.jobs(round, func(int, func(int, int)) {}) {
+			if round > 0 {
+				want[fmt.Sprintf("%s %s %d", j.c, cfgName(j.s), round)]++
+			}
+		}
+	}
+	for _, j := range tb.plan.lastJobs() {
+		want[fmt.Sprintf("%s %s %d", j.c, cfgName(j.s), 1)]++
+	}
+	kinds := map[kind]int{}
+	for k, n := range want {
+		if seen[k] != n {
+			t.Errorf("%s: %d results, want %d", k, seen[k], n)
+		}
+	}
+	for k, n := range seen {
+		if _, ok := want[k]; !ok && !strings.HasSuffix(k, " 0") {
+			t.Errorf("%s: %d results the plan does not list", k, n)
+		}
+	}
+	for _, cp := range tb.plan.cells {
+		kinds[cp.kind] += len(tb.measured(cp))
+	}
+	if kinds[kindIdle] == 0 || kinds[kindHerd] != 5 {
+		t.Errorf("results by kind %v: want idle ones and the herd's 5", kinds)
+	}
+	return tb
+}
+
+// checkRerender renders tb, read back from the run in out, into another
+// directory: every file the run's render wrote (all but the binaries) is
+// written again, byte for byte the same, and no other.
+func checkRerender(t *testing.T, out string, tb *table) {
+	t.Helper()
+	again := t.TempDir()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := render(t.Context(), root, again, tb, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	files := func(dir string) map[string][]byte {
+		m := map[string][]byte{}
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if e.IsDir() {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m[e.Name()] = b
+		}
+		return m
+	}
+	first, second := files(out), files(again)
+	for name, b := range first {
+		if c, ok := second[name]; !ok {
+			t.Errorf("%s: not written by a render of the table read back", name)
+		} else if !bytes.Equal(b, c) {
+			t.Errorf("%s differs when rendered from the table read back:\n%s", name, firstDiff(b, c))
+		}
+	}
+	for name := range second {
+		if _, ok := first[name]; !ok {
+			t.Errorf("%s: written by a render of the table read back, not by the run", name)
+		}
+	}
+	if len(first) < 20 {
+		t.Errorf("the run wrote %d files: %v", len(first), slices.Sorted(maps.Keys(first)))
+	}
+}
+
+// firstDiff is the first line where a and b differ.
+func firstDiff(a, b []byte) string {
+	la, lb := strings.Split(string(a), "\n"), strings.Split(string(b), "\n")
+	for i := range max(len(la), len(lb)) {
+		var x, y string
+		if i < len(la) {
+			x = la[i]
+		}
+		if i < len(lb) {
+			y = lb[i]
+		}
+		if x != y {
+			return fmt.Sprintf("line %d:\n  %q\n  %q", i+1, x, y)
+		}
+	}
+	return "(the same lines)"
 }
 
 // TestSweep runs the sweep of two configurations where the main matrix has
@@ -172,7 +317,7 @@ func TestSweep(t *testing.T) {
 	}
 	out := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	err := run([]string{"-out", out, "-configs", "net,auto", "-conns", "4", "-herd=false", "-quota", "0", "-unpinned=false",
+	err := run([]string{"-out", out, "-configs", "net,auto", "-conns", "4", "-herd=false", "-quota", "0", "-unpinned=false", "-neighbour=false", "-idle", "0",
 		"-rounds", "1", "-duration", "600ms", "-warmup", "200ms", "-rates", "closed,2000", "-sweep-rounds", "2"}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
@@ -298,6 +443,68 @@ func checkReport(t *testing.T, out, stdout string, cfgs, titles []string) {
 	}
 }
 
+// TestRerender renders the synthetic table (every kind of cell but the
+// sweep) into a directory, then runs netpollbench -render on it into
+// another: the files are the same, byte for byte, and table.json reads
+// back into a table that marshals the same.
+func TestRerender(t *testing.T) {
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, again := t.TempDir(), t.TempDir()
+	tb := syntheticTable(t)
+	tb.seed, tb.skipped, tb.failures = 42, []string{"c: no C compiler"}, []string{"c: it failed"}
+	tb.plan.notes = []string{"Quota cell skipped: a test"}
+	if err := render(t.Context(), root, first, tb, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	back, err := readTable(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := tb.marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := back.marshal()
+	if err != nil || !bytes.Equal(a, b) {
+		t.Errorf("the table read back marshals otherwise (%v):\n%s", err, firstDiff(a, b))
+	}
+	var stdout bytes.Buffer
+	if err := run([]string{"-render", first, "-out", again}, &stdout, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stdout.String(), "Verdict: ") {
+		t.Errorf("-render printed no summary:\n%s", stdout.String())
+	}
+	entries, err := os.ReadDir(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+		x, err := os.ReadFile(filepath.Join(first, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		y, err := os.ReadFile(filepath.Join(again, e.Name()))
+		if err != nil || !bytes.Equal(x, y) {
+			t.Errorf("%s: rendered again %v:\n%s", e.Name(), err, firstDiff(x, y))
+		}
+	}
+	for _, want := range []string{tableFileName, rawFile, quotaFile, neighbourFile, idleFile, "summary.txt", "herd.txt", "report.html",
+		"tables.txt", "tables-quota.txt", "tables-neighbour.txt", "latency-conns2-size64-blocked1-unpinned-delay2ms.svg"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("no %s among %v", want, names)
+		}
+	}
+	if _, err := readTable(t.TempDir()); err == nil {
+		t.Error("readTable of a directory without table.json: no error")
+	}
+}
+
 // TestHTTPDefaultFollowsConfigs: the default -http list keeps only the
 // run's configurations, and none leaves no net/http cells.
 func TestHTTPDefaultFollowsConfigs(t *testing.T) {
@@ -311,38 +518,63 @@ func TestHTTPDefaultFollowsConfigs(t *testing.T) {
 	}
 }
 
-// TestDefaults: the default plan has every cell the verdict needs
-// (pinned and unpinned echo, net/http, the quota cell, the open loop,
-// idle memory, the herd), enough rounds for the paired interval, each
-// round measures every configuration of a cell once, and the order within
-// a round is random (seeded), not net first, with a cell's measurements
-// together.
+// TestDefaults: the default plan lists every experiment the verdict
+// needs (pinned and unpinned echo, net/http, the blocked neighbour, the
+// quota cell, the open loop, idle memory at 18,000 connections, the herd),
+// with on demand in every echo cell, the blocked neighbour's and the idle
+// cell, enough rounds for the paired interval; each round measures every
+// configuration of a cell once, and the order within a round is random
+// (seeded), not net first, with a cell's measurements together; the idle
+// cell and the herd are measured once each, after the rounds.
 func TestDefaults(t *testing.T) {
 	p, srvs := testPlan(t, "-runtime", "off", "-pin", "on")
-	if len(p.idle) == 0 || p.sweep == nil || !p.herd {
-		t.Errorf("default run lacks a part: idle %d, sweep %v, herd %v", len(p.idle), p.sweep, p.herd)
+	if sweepOf(p) == nil {
+		t.Errorf("default run lacks the sweep")
+	}
+	has := func(cp *cellPlan, n string) bool {
+		return cp != nil && slices.ContainsFunc(cp.srvs, func(s server) bool { return s.name == n })
 	}
 	var titles []string
 	for _, cp := range p.cells {
 		titles = append(titles, cp.short())
 		least := 6
-		if cp.quota > 0 || cp.rate > 0 {
+		switch {
+		case cp.kind != kindLoad:
+			least = 1
+		case cp.quota > 0 || cp.rate > 0:
 			least = 5
 		}
 		if cp.rounds < least {
 			t.Errorf("%s: %d rounds, want at least %d", cp.short(), cp.rounds, least)
 		}
+		if cp.kind == kindLoad && !cp.http() && !has(cp, onDemandCfg) {
+			t.Errorf("%s: no %s", cp.short(), onDemandCfg)
+		}
 	}
 	for _, want := range []string{"echo, 1 conn", "echo, 50 conns", "echo, 1 conn, unpinned", "echo, 50 conns, unpinned",
-		"http, 1 conn", "http, 50 conns", "echo, 1 conn, quota 0.5", "echo, 1 conn, open loop 2000/s"} {
+		"http, 1 conn", "http, 50 conns", "blocked neighbour, unpinned", "echo, 1 conn, quota 0.5", "open loop 2000/s",
+		"idle, 18000 conns", "herd, pipe", "herd, accept"} {
 		if !slices.Contains(titles, want) {
 			t.Errorf("default plan lacks the cell %q: %q", want, titles)
 		}
 	}
-	if q := p.find(cell{conns: 1, size: 64, quota: 0.5}); q == nil || len(q.srvs) != 3 || q.duration < 3*time.Second {
-		t.Errorf("quota cell %+v: want net, et and auto, 3 s or more", q)
+	if q := p.find(cell{conns: 1, size: 64, quota: 0.5}); q == nil || len(q.srvs) != 4 || q.duration < 2*time.Second {
+		t.Errorf("quota cell %+v: want net, et, auto and ondemand, 2 s or more", q)
 	}
-	// Every round measures each configuration of each cell once; the
+	nb := p.find(cell{conns: 2, size: 64, blocked: 1, delay: neighbourDelay, unpinned: true})
+	if nb == nil || len(nb.srvs) != 3 || nb.file != neighbourFile {
+		t.Fatalf("blocked-neighbour cell %+v: want net, auto and ondemand", nb)
+	}
+	for _, s := range nb.srvs {
+		if !slices.Contains(neighbourConfigs, s.name) || !strings.HasSuffix(strings.Join(s.args, " "), " -delay 2ms") {
+			t.Errorf("blocked neighbour: %s %q, want one of %v with -delay 2ms", s.name, s.args, neighbourConfigs)
+		}
+	}
+	idle := idleCell(p)
+	if idle == nil || idle.conns != 18000 || idle.rounds != 1 || !has(idle, defaultCfg) || !has(idle, onDemandCfg) || !has(idle, "net") {
+		t.Errorf("idle cell %+v: want 18000 connections, one sample of net, the default and ondemand", idle)
+	}
+	// Every round measures each configuration of each load cell once; the
 	// first job of a round is not always the same.
 	firsts := map[string]bool{}
 	for seed := uint64(1); seed <= 8; seed++ {
@@ -351,6 +583,9 @@ func TestDefaults(t *testing.T) {
 			js := p.jobs(round, rng.Shuffle)
 			n := map[string]int{}
 			for _, j := range js {
+				if j.c.kind != kindLoad {
+					t.Fatalf("round %d measures the %s cell %s", round, j.c.kind, j.c)
+				}
 				n[j.s.name+" "+j.c.String()]++
 			}
 			if round == 0 {
@@ -366,6 +601,9 @@ func TestDefaults(t *testing.T) {
 				continue
 			}
 			for _, cp := range p.cells {
+				if cp.kind != kindLoad {
+					continue
+				}
 				for _, s := range cp.srvs {
 					want := 1
 					if round > cp.rounds {
@@ -392,10 +630,73 @@ func TestDefaults(t *testing.T) {
 	if len(firsts) < 2 {
 		t.Errorf("8 seeds start round 1 with the same measurement: %v", firsts)
 	}
-	// The measurement windows alone fit the budget of a default run.
-	if d := p.duration(); d > 4*time.Minute {
-		t.Errorf("the default plan's measurements take %v, want under 4 minutes", d)
+	// After the rounds: the idle cell and the herd, every configuration
+	// and mode once.
+	last := map[kind]int{}
+	for _, j := range p.lastJobs() {
+		last[j.c.kind]++
+		if j.round != 1 {
+			t.Errorf("%s %s in round %d, want 1", j.c, j.s.name, j.round)
+		}
 	}
+	if last[kindIdle] != len(idle.srvs) || last[kindHerd] != 5 || last[kindLoad] != 0 {
+		t.Errorf("after the rounds %v: want the idle cell's %d and the herd's 5", last, len(idle.srvs))
+	}
+}
+
+// TestDefaultRunTime: the default run's plan, with the runtime's rows (a
+// stub stands for the patched toolchain), takes no more than runBudget by
+// its estimate, rounds × (warm-up + window + a server's start) and the
+// idle cell's, the herd's and the calibrations' costs; -full keeps the
+// whole matrix and takes longer.
+func TestDefaultRunTime(t *testing.T) {
+	stubPatchedToolchain(t)
+	p, srvs := testPlan(t, "-pin", "on")
+	if !slices.ContainsFunc(srvs, func(s server) bool { return s.name == "rt-profile" }) || len(srvs) != 7 {
+		t.Fatalf("default configurations %v: want five and the runtime's two rows", srvs)
+	}
+	d := p.duration()
+	t.Logf("the default run's plan: %d cells, about %v", len(p.cells), d)
+	if d > runBudget {
+		t.Errorf("the default run's plan takes about %v, over the budget of %v", d, runBudget)
+	}
+	full, fullSrvs := testPlan(t, "-pin", "on", "-full")
+	for _, n := range append(slices.Clone(fullDefaults.configs), fullDefaults.rtConfigs...) {
+		if !slices.ContainsFunc(fullSrvs, func(s server) bool { return s.name == n }) {
+			t.Errorf("-full lacks %s", n)
+		}
+	}
+	if full.find(cell{conns: 1000, size: 4096}) == nil || full.duration() <= d {
+		t.Errorf("-full: no 1000-conn 4096 B cell, or about %v, not longer than the default run's %v", full.duration(), d)
+	}
+}
+
+// TestPlanDuration: the estimate is the plan's jobs, each its warm-up,
+// window and startCost, the idle and herd costs, and two calibrations.
+func TestPlanDuration(t *testing.T) {
+	srvs := mustServers(t, "net", "auto")
+	load := &cellPlan{cell: cell{conns: 1, size: 64}, srvs: srvs, rounds: 3, warm: true, warmup: time.Second, duration: 2 * time.Second}
+	idle := &cellPlan{cell: cell{kind: kindIdle, conns: 10000, size: 64}, srvs: srvs, rounds: 1}
+	p := &plan{cells: append([]*cellPlan{load, idle}, herdCells(false)...)}
+	want := 2*calibCost + (2+2*3)*(3*time.Second+startCost) + 2*(idleCost+10000*idleConnCost) +
+		2*(herdCost+2*5000*herdInterval) + 3*(herdCost+2*1000*herdInterval)
+	if got := p.duration(); got != want {
+		t.Errorf("duration %v, want %v", got, want)
+	}
+}
+
+// stubPatchedToolchain makes the runtime's rows available without
+// building anything: a go that fails stands for the patched toolchain.
+func stubPatchedToolchain(t *testing.T) {
+	t.Helper()
+	goroot := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(goroot, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(goroot, "bin", "go"), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("EDGEPOLL_GOROOT", goroot)
 }
 
 // TestHelpTellsTheDefaults: -h states the defaults the code sets, for the
@@ -449,7 +750,7 @@ func TestFailedMeasurement(t *testing.T) {
 	defer func() { servers = saved }()
 	out := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	err := run([]string{"-out", out, "-configs", "net,broken", "-conns", "1", "-herd=false", "-sweep=false", "-quota", "0", "-unpinned=false",
+	err := run([]string{"-out", out, "-configs", "net,broken", "-conns", "1", "-herd=false", "-sweep=false", "-quota", "0", "-unpinned=false", "-neighbour=false",
 		"-http", "none", "-idle", "0", "-rounds", "1", "-duration", "300ms", "-warmup", "100ms"}, &stdout, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "failed") {
 		t.Fatalf("run with a broken configuration: %v, want a failure", err)
@@ -512,6 +813,8 @@ func TestBadFlags(t *testing.T) {
 		{"-quota NaN", "-quota"},
 		{"-quota-rounds -1", "-quota-rounds"},
 		{"-quota-duration -1s", "-quota-duration"},
+		{"-render out/x -rounds 2", "-render measures nothing: not with -rounds"},
+		{"-render out/x -idle 0 -configs net", "not with -configs, -idle"},
 	} {
 		o, err := parseFlags(strings.Fields(tt.args), &bytes.Buffer{})
 		if err == nil {
@@ -538,7 +841,7 @@ func TestRuntimeRows(t *testing.T) {
 	}
 	out := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	err := run([]string{"-out", out, "-configs", "net,rt-none,rt-shortread,rt-zeroread", "-http", "net,rt-shortread", "-conns", "1", "-quota", "0", "-unpinned=false",
+	err := run([]string{"-out", out, "-configs", "net,rt-none,rt-shortread,rt-zeroread", "-http", "net,rt-shortread", "-conns", "1", "-quota", "0", "-unpinned=false", "-neighbour=false",
 		"-herd=false", "-sweep=false", "-idle", "0", "-rounds", "2", "-duration", "300ms", "-warmup", "100ms"}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
@@ -577,7 +880,7 @@ func TestStartEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &runner{opts: &options{}, bins: bins, stderr: io.Discard}
+	r := &runner{bins: bins, stderr: io.Discard}
 	srv, err := r.start(t.Context(), false, nil, bins["echoserver"], srvs[0].args, []string{"GODEBUG=netpollshortread=1"}, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -599,7 +902,7 @@ func TestCompare(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds servers and runs processes; skipped with -short")
 	}
-	args := []string{"-configs", "net", "-conns", "1", "-herd=false", "-sweep=false", "-http", "none", "-idle", "0", "-quota", "0", "-unpinned=false",
+	args := []string{"-configs", "net", "-conns", "1", "-herd=false", "-sweep=false", "-http", "none", "-idle", "0", "-quota", "0", "-unpinned=false", "-neighbour=false",
 		"-runtime", "off", "-rounds", "1", "-duration", "300ms", "-warmup", "100ms"}
 	old := t.TempDir()
 	if err := run(append([]string{"-out", old}, args...), io.Discard, io.Discard); err != nil {
@@ -690,7 +993,7 @@ func TestBufferFreeConfigs(t *testing.T) {
 				t.Errorf("%s is not in the cell %s", n, c.short())
 			}
 		}
-		if !has(p.idle, n) {
+		if !has(idleCell(p).srvs, n) {
 			t.Errorf("%s is not in the idle experiment", n)
 		}
 		if slices.Contains(httpConfigs, n) {
@@ -751,14 +1054,7 @@ func TestPalette(t *testing.T) {
 // stays out of net/http's cells, the sweep and the quota cell. A stub
 // toolchain stands for the patched one: nothing is built.
 func TestZeroReadRow(t *testing.T) {
-	goroot := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(goroot, "bin"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(goroot, "bin", "go"), []byte("#!/bin/sh\nexit 1\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("EDGEPOLL_GOROOT", goroot)
+	stubPatchedToolchain(t)
 	srvs, err := pickServers([]string{"rt-zeroread"})
 	if err != nil {
 		t.Fatal(err)
@@ -792,8 +1088,8 @@ func TestZeroReadRow(t *testing.T) {
 			t.Errorf("rt-zeroread is not in the cell %s", c.short())
 		}
 	}
-	if !has(p.idle, "rt-zeroread") || has(p.idle, "rt-none") || !has(p.idle, "net") {
-		t.Errorf("idle experiment: %v, want net and rt-zeroread, not rt-none", p.idle)
+	if idle := idleCell(p).srvs; !has(idle, "rt-zeroread") || has(idle, "rt-none") || !has(idle, "net") {
+		t.Errorf("idle experiment: %v, want net and rt-zeroread, not rt-none", idle)
 	}
 	for _, cp := range p.cells {
 		if (cp.http() || cp.rate > 0 || cp.quota > 0) && has(cp.srvs, "rt-zeroread") {
@@ -814,5 +1110,45 @@ func testPlan(t *testing.T, args ...string) (*plan, []server) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return makePlan(o, srvs, nil, nil), srvs
+	return makePlan(o, srvs, nil), srvs
+}
+
+// TestWriteDataInterrupted: what an interrupted run keeps (writeData,
+// without a closing calibration) is its table, which reads back whole,
+// and its benchmark lines, raw.txt without calib-end lines.
+func TestWriteDataInterrupted(t *testing.T) {
+	dir := t.TempDir()
+	tb := syntheticTable(t)
+	tb.calEnd = calibration{}
+	tb.results = tb.results[:len(tb.results)/2]
+	if err := writeData(dir, tb); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, rawFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(raw, []byte("calib-end-")) || !bytes.Contains(raw, []byte("\ncalib-syscall-ns: ")) {
+		t.Errorf("raw.txt of an interrupted run:\n%s", raw)
+	}
+	back, err := readTable(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back.results) != len(tb.results) || len(back.plan.cells) != len(tb.plan.cells) {
+		t.Errorf("read back %d results of %d cells, want %d of %d", len(back.results), len(back.plan.cells), len(tb.results), len(tb.plan.cells))
+	}
+	rs, err := readResults(filepath.Join(dir, rawFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	for _, r := range tb.results {
+		if r.cell.file == rawFile && r.round > 0 {
+			want++
+		}
+	}
+	if len(rs) != want {
+		t.Errorf("raw.txt has %d lines, want %d", len(rs), want)
+	}
 }

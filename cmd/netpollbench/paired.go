@@ -51,6 +51,10 @@ type comparison struct {
 	pPaired      float64   // two-sided p of the one-sample t-test of the log ratios against 0; NaN when undefined
 	pSign        float64   // two-sided exact sign test p (ratios equal to 1 dropped)
 	pUnpaired    float64   // two-sided Mann-Whitney U p of all positive rounds of each, as benchstat tests them
+	// oneSample marks a cell of one sample per configuration (the idle
+	// cell): its verdict is from the ratio alone, level within [levelLo,
+	// levelHi], with no interval.
+	oneSample bool
 }
 
 // Verdict words, for everyone: see the top of this file.
@@ -131,6 +135,19 @@ func compare(xs, base []float64) comparison {
 // verdict is one of the verdict words for x against base, by the rule at
 // the top of this file; higherIsBetter says which side of 1.0 is better.
 func (c comparison) verdict(higherIsBetter bool) string {
+	if c.oneSample && c.n == 1 {
+		better, worse := c.geo > levelHi, c.geo < levelLo
+		if !higherIsBetter {
+			better, worse = worse, better
+		}
+		switch {
+		case better:
+			return verdictWins
+		case worse:
+			return verdictLoses
+		}
+		return verdictLevel
+	}
 	if c.n < 2 || math.IsNaN(c.lo) || math.IsNaN(c.hi) {
 		return verdictUnresolved
 	}
@@ -150,8 +167,12 @@ func (c comparison) verdict(higherIsBetter bool) string {
 }
 
 // interval formats the point estimate and the paired interval of the
-// ratio, as "1.05x [1.02,1.08]", or "n/a" with fewer than 2 rounds.
+// ratio, as "1.05x [1.02,1.08]", or "n/a" with fewer than 2 rounds; a
+// one-sample ratio as "1.05x (1 sample)".
 func (c comparison) interval() string {
+	if c.oneSample && c.n == 1 {
+		return fmt.Sprintf("%.2fx (1 sample)", c.geo)
+	}
 	if c.n < 2 || math.IsNaN(c.lo) {
 		return "n/a"
 	}

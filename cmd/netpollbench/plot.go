@@ -32,11 +32,11 @@ var spectrum = []struct {
 }
 
 // drawPlots draws a cell's latency percentile spectrum, throughput,
-// server CPU and syscalls per request from the results over rounds. It
-// returns the files written.
+// server CPU and syscalls per request from its results over rounds, rs.
+// It returns the files written.
 func drawPlots(dir string, cp *cellPlan, rs []result) ([]string, error) {
 	c, srvs := cp.cell, cp.srvs
-	samples := func(s server, unit string) []float64 { return samplesOf(rs, unit, inCell(cfgName(s), c)) }
+	samples := func(s server, unit string) []float64 { return samplesOf(rs, unit, ofConfig(cfgName(s))) }
 	load := c.title()
 	figs := []*figure{
 		spectrumFigure("latency-"+c.fileName()+".svg", "Latency percentile spectrum, "+load, srvs, samples),
@@ -54,13 +54,13 @@ func drawPlots(dir string, cp *cellPlan, rs []result) ([]string, error) {
 
 // drawScaling draws echo's throughput against connections for each size
 // and placement that has two connection counts or more.
-func drawScaling(dir string, p *plan, rs []result) ([]string, error) {
+func drawScaling(dir string, t *table) ([]string, error) {
 	var figs []*figure
 	for _, unpinned := range []bool{false, true} {
 		var sizes, conns []int
 		var srvs []server
-		for _, cp := range p.cells {
-			if cp.http() || cp.rate > 0 || cp.quota > 0 || cp.unpinned != unpinned {
+		for _, cp := range t.plan.cells {
+			if cp.kind != kindLoad || cp.http() || cp.rate > 0 || cp.quota > 0 || cp.blocked > 0 || cp.unpinned != unpinned {
 				continue
 			}
 			if !slices.Contains(sizes, cp.size) {
@@ -80,7 +80,7 @@ func drawScaling(dir string, p *plan, rs []result) ([]string, error) {
 		}
 		slices.Sort(conns)
 		for _, size := range sizes {
-			figs = append(figs, scalingFigure(cell{size: size, unpinned: unpinned}, conns, srvs, rs))
+			figs = append(figs, scalingFigure(cell{size: size, unpinned: unpinned}, conns, srvs, t))
 		}
 	}
 	return saveFigures(dir, figs)
@@ -240,7 +240,7 @@ func dotFigure(file, title, axis string, srvs []server, samples func(server) []f
 // for one size, a line per configuration through its medians, with their
 // intervals. It returns nil when no configuration has a result of that
 // size.
-func scalingFigure(shape cell, conns []int, srvs []server, rs []result) *figure {
+func scalingFigure(shape cell, conns []int, srvs []server, t *table) *figure {
 	place := ""
 	if shape.unpinned {
 		place = "-unpinned"
@@ -252,7 +252,11 @@ func scalingFigure(shape cell, conns []int, srvs []server, rs []result) *figure 
 		for _, n := range conns {
 			c := shape
 			c.conns = n
-			vs := perSecond(samplesOf(rs, "ns/op", inCell(cfgName(s), c)))
+			cp := t.plan.find(c)
+			if cp == nil {
+				continue
+			}
+			vs := perSecond(samplesOf(t.measured(cp), "ns/op", ofConfig(cfgName(s))))
 			if len(vs) == 0 {
 				continue
 			}
@@ -282,9 +286,9 @@ func scalingFigure(shape cell, conns []int, srvs []server, rs []result) *figure 
 	return f
 }
 
-// inCell matches the results of configuration cfg in cell c.
-func inCell(cfg string, c cell) func(result) bool {
-	return func(r result) bool { return r.labels["cfg"] == cfg && c.matches(r) }
+// ofConfig matches the results of configuration cfg.
+func ofConfig(cfg string) func(result) bool {
+	return func(r result) bool { return r.labels["cfg"] == cfg }
 }
 
 // samplesOf returns unit's values in the results that match: one per

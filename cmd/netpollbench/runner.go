@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
@@ -23,14 +22,14 @@ import (
 	"github.com/edgepoll/edgepoll/internal/cpuquota"
 )
 
-// runner starts servers and load generators as separate processes.
+// runner measures the plan's jobs, each a server and a load generator (or
+// cmd/herd) as separate processes, into the table. It writes no file: the
+// render stage writes them all from the table.
 type runner struct {
-	opts   *options
 	bins   map[string]string // binary name -> path
-	stderr io.Writer
-	pin    bool        // pinned cells: server on CPU 0, load generator on CPU 1, with taskset
-	perf   bool        // count the server's syscalls with perf stat
-	cal    calibration // the machine, measured before the run
+	stderr io.Writer         // progress
+	pin    bool              // pinned cells: server on CPU 0, load generator on CPU 1, with taskset
+	perf   bool              // count the server's syscalls with perf stat
 }
 
 // command returns cmd, pinned to cpu when pin is set.
@@ -47,20 +46,37 @@ var announce = regexp.MustCompile(`^(?:echoserver|httpserver) listening on (\S+)
 // is kept without the unit, and the run reports it as a failure.
 var errNoSyscalls = errors.New("server syscall count missing (perf stat failed or counted nothing)")
 
-// measure runs one load generator against a fresh server process in cell
+// measure measures job j and returns its benchmark line: a load (load),
+// idle connections (idle) or the herd (herdRun, herd.go), by the kind of
+// its cell. A line that comes with an error (its syscall count failed)
+// is kept, and the error reported as a failure.
+func (r *runner) measure(ctx context.Context, j job) (string, error) {
+	switch j.c.kind {
+	case kindIdle:
+		return r.idle(ctx, j.s, j.c)
+	case kindHerd:
+		return r.herdRun(ctx, j.s, j.c)
+	}
+	return r.load(ctx, j.s, j.c)
+}
+
+// load runs one load generator against a fresh server process in cell
 // cp and returns its benchmark line, with syscalls/op appended when perf
 // works and, under a quota, the throttling of the measured window
 // (throttled-periods, throttled-ns, out of quota-periods). An HTTP cell
 // runs cmd/httpserver with the configuration's flags. A line whose syscall
 // count failed comes with errNoSyscalls.
-func (r *runner) measure(ctx context.Context, s server, cp *cellPlan) (string, error) {
+func (r *runner) load(ctx context.Context, s server, cp *cellPlan) (string, error) {
 	life := cp.warmup + cp.duration + 30*time.Second
 	pin := r.pin && !cp.unpinned
-	bin, label := s.bin, s.label+cp.placement()
+	bin, label := s.bin, s.label+cp.labels()
 	var proto []string
 	if cp.http() {
 		bin, label = httpBin(s), label+"/proto=http"
 		proto = []string{"-proto", "http"}
+	}
+	if cp.blocked > 0 {
+		proto = append(proto, "-blocked", strconv.Itoa(cp.blocked))
 	}
 	var group *cpuquota.Group
 	if cp.quota > 0 {
@@ -127,6 +143,57 @@ func (r *runner) measure(ctx context.Context, s server, cp *cellPlan) (string, e
 	return line, nil
 }
 
+// idle measures cp.conns idle connections on a fresh process of s with
+// loadgen -idle, which reads the server's memory itself (cmd/loadgen's
+// idle.go), and returns its benchmark line.
+func (r *runner) idle(ctx context.Context, s server, cp *cellPlan) (string, error) {
+	// The servers inherit this process's limit on descriptors.
+	if err := raiseNoFile(cp.conns + 64); err != nil {
+		return "", fmt.Errorf("%s %s: %w", s.name, cp, err)
+	}
+	pin := r.pin && !cp.unpinned
+	srv, err := r.start(ctx, pin, nil, r.bins[s.bin], s.args, s.env, idleLifetime)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", s.name, err)
+	}
+	lg := r.command(ctx, pin, 1, r.bins["loadgen"], "-idle", "-addr", srv.addr,
+		"-conns", strconv.Itoa(cp.conns), "-size", strconv.Itoa(cp.size),
+		"-server-pid", strconv.Itoa(srv.cmd.Process.Pid), "-format", "bench", "-labels", s.label+cp.labels())
+	var lgOut, lgErr bytes.Buffer
+	lg.Stdout, lg.Stderr = &lgOut, &lgErr
+	lgErrRun := lg.Run()
+	tail := srv.stop()
+	line := benchLine(lgOut.String())
+	if lgErrRun != nil || line == "" {
+		return "", fmt.Errorf("%s %s: load generator failed: %v\n%s%s (server stderr: %s)", s.name, cp, lgErrRun, lgOut.String(),
+			lastLines(lgErr.String(), 5), tail)
+	}
+	return line, nil
+}
+
+// raiseNoFile sets this process's soft RLIMIT_NOFILE to the hard limit,
+// which must be at least need. Setting it also makes the servers started
+// afterwards inherit the raised limit: the Go runtime raises its own soft
+// limit at start but restores the original one in the processes it
+// starts, unless the program set the limit itself (syscall/rlimit.go,
+// exec_linux.go). The Go servers raise their own again; the C reference
+// (bench/cref/echo.c) never does, and would stop at 1024 with many
+// systems' default soft limit.
+func raiseNoFile(need int) error {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return os.NewSyscallError("getrlimit", err)
+	}
+	lim.Cur = lim.Max
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return os.NewSyscallError("setrlimit", err)
+	}
+	if lim.Max < uint64(need) {
+		return fmt.Errorf("RLIMIT_NOFILE hard limit %d is below the %d descriptors needed (ulimit -Hn)", lim.Max, need)
+	}
+	return nil
+}
+
 // withSyscalls appends syscalls/op to a benchmark line from the n syscalls
 // counted over its requests. A count that failed (n < 0) or found nothing
 // leaves the line without the unit and returns errNoSyscalls: a server
@@ -148,18 +215,13 @@ type started struct {
 // serverLog is a server's stderr, kept whole and safe to read while the
 // server writes it.
 type serverLog struct {
-	mu    sync.Mutex
-	b     bytes.Buffer
-	wrote chan struct{} // closed by the next Write
+	mu sync.Mutex
+	b  bytes.Buffer
 }
 
 func (l *serverLog) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.wrote != nil {
-		close(l.wrote)
-		l.wrote = nil
-	}
 	return l.b.Write(p)
 }
 
@@ -167,44 +229,6 @@ func (l *serverLog) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
-}
-
-// line returns the n-th (from 0) complete line of the log that starts
-// with prefix, waiting for it until timeout passes or ctx ends.
-func (l *serverLog) line(ctx context.Context, prefix string, n int, timeout time.Duration) (string, error) {
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		l.mu.Lock()
-		s := l.b.String()
-		if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-			s = s[:i] // complete lines only
-		} else {
-			s = ""
-		}
-		seen := 0
-		for _, ln := range strings.Split(s, "\n") {
-			if strings.HasPrefix(ln, prefix) {
-				if seen == n {
-					l.mu.Unlock()
-					return ln, nil
-				}
-				seen++
-			}
-		}
-		if l.wrote == nil {
-			l.wrote = make(chan struct{})
-		}
-		wrote := l.wrote
-		l.mu.Unlock()
-		select {
-		case <-wrote:
-		case <-deadline.C:
-			return "", fmt.Errorf("no line %q from the server within %v", prefix, timeout)
-		case <-ctx.Done():
-			return "", ctx.Err()
-		}
-	}
 }
 
 // start runs the server binary at path with args (and env added to ours)
@@ -239,126 +263,54 @@ func (r *runner) start(ctx context.Context, pin bool, group *cpuquota.Group, pat
 	return &started{cmd, addr, &stderr}, nil
 }
 
-// stop ends the server and returns the end of its stderr, without the
-// memstats lines the idle experiment asked for.
+// stop ends the server and returns the end of its stderr.
 func (s *started) stop() string {
 	stopServer(s.cmd)
-	lines := strings.Split(strings.TrimSpace(s.stderr.String()), "\n")
-	lines = slices.DeleteFunc(lines, func(l string) bool { return strings.HasPrefix(l, memstatsPrefix) })
-	return lastLines(strings.Join(lines, "\n"), 3)
+	return lastLines(strings.TrimSpace(s.stderr.String()), 3)
 }
 
-// A job is one measurement: a server in a cell, in a round (0: the
-// warm-up round).
-type job struct {
-	round int
-	s     server
-	c     *cellPlan
-}
-
-// runPlan measures p's cells into t round by round, each round's
-// measurements in a random order (seeded by t.seed), then the idle-memory
-// experiment and the herd. Each cell's lines go to its file in the output
-// directory, each round's after a "round: N" line; the warm-up round's to
-// warmup.txt. A failed measurement is in t.failures, and missing from the
-// table; runPlan stops early only when ctx ends.
+// runPlan measures p into t: the load cells round by round, each round's
+// measurements in a random order (seeded by t.seed), the warm-up round's
+// too (round 0, set aside by the renderers), then the idle and herd
+// cells (lastJobs). A failed measurement is in t.failures, and missing
+// from the table; runPlan stops early only when ctx ends.
 func (r *runner) runPlan(ctx context.Context, p *plan, t *table) error {
-	files := map[string]*os.File{}
-	last := map[string]int{} // the round each file's last line was of
-	defer func() {
-		for _, f := range files {
-			f.Close()
-		}
-	}()
-	open := func(name string) (*os.File, error) {
-		if f, ok := files[name]; ok {
-			return f, nil
-		}
-		f, err := os.Create(filepath.Join(r.opts.out, name))
-		if err != nil {
-			return nil, err
-		}
-		writeHeader(f, r.cal)
-		fmt.Fprintf(f, "order-seed: %d\n", t.seed)
-		files[name] = f
-		return f, nil
-	}
 	rng := rand.New(rand.NewPCG(t.seed, 0x6e657470))
-	total, done := 0, 0
+	total := len(p.lastJobs())
 	for round := 0; round <= p.rounds(); round++ {
 		total += len(p.jobs(round, func(int, func(int, int)) {}))
 	}
-	start := time.Now()
+	var js []job
 	for round := 0; round <= p.rounds(); round++ {
-		for _, j := range p.jobs(round, rng.Shuffle) {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			done++
-			what := fmt.Sprintf("round %d", round)
-			if round == 0 {
-				what = "warm-up"
-			}
-			line, err := r.measure(ctx, j.s, j.c)
-			if err != nil {
-				t.failures = append(t.failures, err.Error())
-				fmt.Fprintf(r.stderr, "[%d/%d] %s %s %s: FAILED: %v\n", done, total, what, j.s.name, j.c, err)
-				if line == "" {
-					continue
-				}
-			}
-			if j.c.file == sweepFile {
-				line = sweepLine(line, false)
-			}
-			name := j.c.file
-			if round == 0 {
-				name = "warmup.txt"
-			}
-			f, err := open(name)
-			if err != nil {
-				return err
-			}
-			if last[name] != round {
-				fmt.Fprintf(f, "round: %d\n", round)
-				last[name] = round
-			}
-			fmt.Fprintln(f, line)
-			if round > 0 {
-				t.results = append(t.results, newResult(line, round))
-			}
-			fmt.Fprintf(r.stderr, "[%d/%d %s] %-8s %-11s %-28s %s\n", done, total, time.Since(start).Round(time.Second), what, j.s.name, j.c, progress(line))
-		}
+		js = append(js, p.jobs(round, rng.Shuffle)...)
 	}
-	for name, f := range files {
-		delete(files, name)
-		if err := f.Close(); err != nil {
+	js = append(js, p.lastJobs()...)
+	start := time.Now()
+	for i, j := range js {
+		if err := ctx.Err(); err != nil {
 			return err
 		}
-	}
-	if len(p.idle) > 0 {
-		rows, fails, err := runIdle(ctx, r, p.idle, p.idleConns)
+		what := fmt.Sprintf("round %d", j.round)
+		switch {
+		case j.c.kind != kindLoad:
+			what = j.c.kind.String()
+		case j.round == 0:
+			what = "warm-up"
+		}
+		line, err := r.measure(ctx, j)
 		if err != nil {
-			return err
-		}
-		t.idle = rows
-		t.failures = append(t.failures, fails...)
-		var b strings.Builder
-		writeHeader(&b, r.cal)
-		for _, row := range rows {
-			if l := idleLine(row); l != "" {
-				b.WriteString(l + "\n")
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			t.failures = append(t.failures, err.Error())
+			fmt.Fprintf(r.stderr, "[%d/%d] %s %s %s: FAILED: %v\n", i+1, total, what, j.s.name, j.c, err)
+			if line == "" {
+				continue
 			}
 		}
-		if err := os.WriteFile(filepath.Join(r.opts.out, "idle.txt"), []byte(b.String()), 0o644); err != nil {
-			return err
-		}
-	}
-	if p.herd {
-		rows, err := runHerd(ctx, r, r.opts, r.stderr)
-		if err != nil {
-			t.failures = append(t.failures, "herd: "+err.Error())
-		}
-		t.herd = rows
+		res := newResult(j.c, j.round, line)
+		t.results = append(t.results, res)
+		fmt.Fprintf(r.stderr, "[%d/%d %s] %-8s %-11s %-28s %s\n", i+1, total, time.Since(start).Round(time.Second), what, j.s.name, j.c, progress(res))
 	}
 	return nil
 }

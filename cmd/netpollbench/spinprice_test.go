@@ -39,9 +39,7 @@ func TestSpinPrice(t *testing.T) {
 				if cfg == "auto" {
 					cpu, p50 = cpu*tt.cpu, p50*tt.p50
 				}
-				labels := map[string]string{"cfg": cfg, "conns": "1", "size": "64", "rate": strconv.FormatFloat(tt.rate, 'f', -1, 64)}
-				tb.results = append(tb.results, result{labels: labels, round: round, metrics: map[string]float64{
-					"ns/op": 1e9 / tt.rate, "server-cpu-ns/op": cpu * noise(), "p50-ns": p50 * noise()}})
+				addResult(tb, cp, cfg, round, map[string]float64{"ns/op": 1e9 / tt.rate, "server-cpu-ns/op": cpu * noise(), "p50-ns": p50 * noise()})
 			}
 		}
 	}
@@ -54,7 +52,7 @@ func TestSpinPrice(t *testing.T) {
 			t.Errorf("%g req/s: %s, want %s", tt.rate, vs[i].spin, tt.want)
 		}
 	}
-	text := writeSummary(tb, summaryBlocks(tb, vs), nil)
+	text := writeSummary(tb, summaryBlocks(tb, vs), nil, nil)
 	t.Log("\n" + text)
 	for _, tt := range tests {
 		if want := strconv.FormatFloat(tt.rate, 'f', -1, 64) + " req/s CPU/req "; !strings.Contains(text, want) {

@@ -9,8 +9,9 @@ import (
 )
 
 // The summary: the machine and its calibration once, then the verdict
-// (one row per cell: netpoll's default against package net and the best
-// peer, paired within rounds), then each cell in detail, then idle memory.
+// (rows per cell: netpoll's default, and serving on demand, against
+// package net and the best peer, paired within rounds), then each cell in
+// detail, idle memory among them.
 // Both summary.txt and report.html render the same blocks; lines of the
 // text fit in summaryWidth columns, and the full benchstat tables go to
 // files.
@@ -42,40 +43,62 @@ func summaryBlocks(t *table, vs []cellVerdict) []block {
 		bs = append(bs, *b)
 	}
 	for i, v := range vs {
-		bs = append(bs, detailBlock(fmt.Sprintf("cell%d", i+1), v))
-	}
-	if len(t.idle) > 0 {
-		bs = append(bs, idleBlock(t.idle))
+		id := fmt.Sprintf("cell%d", i+1)
+		if v.cp.kind == kindIdle {
+			bs = append(bs, idleBlock(id, v))
+			continue
+		}
+		bs = append(bs, detailBlock(id, v))
 	}
 	return bs
 }
 
-// verdictBlock is the first screen: a row per cell for the default.
+// verdictConfigs are the configurations the verdict has rows for, in
+// every cell they are in: netpoll's default, and serving on demand.
+var verdictConfigs = []string{defaultCfg, onDemandCfg}
+
+// verdictBlock is the first screen: a row per cell for the default, and
+// one for serving on demand under it, indented.
 func verdictBlock(t *table, vs []cellVerdict) block {
-	b := block{id: "verdict", title: fmt.Sprintf("Verdict: netpoll's default (%s) against package net and the best peer", defaultCfg),
-		head: []string{"cell", "measure", "default", "vs net", "vs best peer"}, left: 2, indent: "  "}
-	count := map[string][]string{} // word against net -> cells
+	b := block{id: "verdict", title: fmt.Sprintf("Verdict: netpoll's default (%s), and serving on demand (%s, indented), against package net and the best peer",
+		defaultCfg, onDemandCfg),
+		head: []string{"cell", "measure", "figure", "vs net", "vs best peer"}, left: 2, indent: "  "}
+	count := map[string]map[string][]string{} // cfg -> word against net -> cells
 	for _, v := range vs {
-		def, net := v.row(defaultCfg), v.row("net")
+		net := v.row("net")
 		if net != nil && net.missing {
 			net = nil
 		}
-		if def == nil {
-			continue
-		}
 		m := v.measure
-		peer := "no peer"
-		if v.peer != "" && v.peer != defaultCfg {
-			peer = v.peer + " " + compact(def.vsPeer, m)
-		}
-		vsNet := "no net"
-		if net != nil {
-			vsNet = compact(def.vsNet, m)
-		}
-		b.rows = append(b.rows, []string{v.cp.short(), m.name, fmtUnit(m.unit, def.med[m.unit]), vsNet, peer})
-		if net != nil && def.vsNet != nil {
-			w := def.vsNet.verdict(m.higherBetter)
-			count[w] = append(count[w], v.cp.short())
+		for _, cfg := range verdictConfigs {
+			x := v.row(cfg)
+			if x == nil {
+				continue
+			}
+			label := "  " + cfg
+			switch {
+			case cfg == defaultCfg:
+				label = v.cp.short()
+			case v.row(defaultCfg) == nil:
+				// The cell's name on a row of its own, over on demand's.
+				b.rows = append(b.rows, []string{v.cp.short(), "", "", "", ""})
+			}
+			peer := "no peer"
+			if v.peer != "" {
+				peer = v.peer + " " + compact(x.vsPeer, m)
+			}
+			vsNet := "no net"
+			if net != nil {
+				vsNet = compact(x.vsNet, m)
+			}
+			b.rows = append(b.rows, []string{label, m.name, fmtUnit(m.unit, x.med[m.unit]), vsNet, peer})
+			if net != nil && x.vsNet != nil {
+				w := x.vsNet.verdict(m.higherBetter)
+				if count[cfg] == nil {
+					count[cfg] = map[string][]string{}
+				}
+				count[cfg][w] = append(count[cfg][w], v.cp.short())
+			}
 		}
 	}
 	// Open loop: what the default's spinning costs against not spinning.
@@ -85,15 +108,22 @@ func verdictBlock(t *table, vs []cellVerdict) block {
 			prices = append(prices, fmt.Sprintf("%g req/s %s", v.cp.rate, v.spin))
 		}
 	}
-	// The one line: where the default wins, is level, loses against net.
-	var parts []string
-	for _, w := range []string{verdictWins, verdictLevel, verdictLoses, verdictUnresolved} {
-		if cs := count[w]; len(cs) > 0 {
-			parts = append(parts, fmt.Sprintf("%s in %d (%s)", w, len(cs), strings.Join(cs, "; ")))
+	// The one line each: where the default and on demand win, are
+	// level, lose against net.
+	for _, cfg := range verdictConfigs {
+		var parts []string
+		for _, w := range []string{verdictWins, verdictLevel, verdictLoses, verdictUnresolved} {
+			if cs := count[cfg][w]; len(cs) > 0 {
+				parts = append(parts, fmt.Sprintf("%s in %d (%s)", w, len(cs), strings.Join(cs, "; ")))
+			}
 		}
-	}
-	if len(parts) > 0 {
-		b.notes = append(b.notes, "Against package net, the default "+strings.Join(parts, ", ")+".")
+		if len(parts) > 0 {
+			who := "the default"
+			if cfg != defaultCfg {
+				who = "serving on demand"
+			}
+			b.notes = append(b.notes, "Against package net, "+who+" "+strings.Join(parts, ", ")+".")
+		}
 	}
 	if n := beforeNote(t, vs); n != "" {
 		b.notes = append(b.notes, n)
@@ -102,18 +132,10 @@ func verdictBlock(t *table, vs []cellVerdict) block {
 		b.notes = append(b.notes, "Its spinning in the open loop, against "+spinNever+" (never spins): "+strings.Join(prices, "; ")+".")
 		b.foot = append(b.foot, "Spinning: "+spinRule+".")
 	}
-	if iv := judgeIdle(t.idle); iv != nil {
-		peer := "no peer"
-		if iv.peer != nil {
-			peer = iv.peer.cfg + " " + oneSample(iv.def, iv.peer)
-		}
-		b.rows = append(b.rows, []string{fmt.Sprintf("idle, %d conns", iv.conns), byMemory.name,
-			fmt.Sprintf("%.2f", iv.def.perConn/1024), oneSample(iv.def, iv.net), peer})
+	if slices.ContainsFunc(t.plan.cells, func(cp *cellPlan) bool { return cp.kind == kindHerd }) {
+		b.rows = append(b.rows, []string{"herd", "—", "", "not judged", "epoll's own modes"})
 	}
-	if len(t.herd) > 0 {
-		b.rows = append(b.rows, []string{"herd", "—", "", "not judged", "the kernel's epoll modes, not the default"})
-	}
-	b.foot = append(b.foot, "Ratios: the default's figure over the other's, paired within rounds (every configuration measured once per round, "+
+	b.foot = append(b.foot, "Ratios: the configuration's figure over the other's, paired within rounds (every configuration measured once per round, "+
 		"in a random order): geometric mean and 95% interval (t-interval of the mean log ratio over rounds). wins/loses: the interval "+
 		"excludes 1.0 on that side; level: it lies within [0.95, 1.05]; unresolved: neither. For a time, CPU or memory a ratio "+
 		"under 1 is better. Idle memory is one sample per configuration: its word is from the ratio alone.")
@@ -145,6 +167,10 @@ func detailBlock(id string, v cellVerdict) block {
 	}
 	cols := []col{median("req/s", "req/s"), median("p50", "p50-ns"), median("CPU/req", "server-cpu-ns/op"),
 		median("sys/req", "syscalls/op"), median("load", "client-cpu-util")}
+	if cp.blocked > 0 {
+		cols = []col{median("req/s", "req/s"), median("p50", "p50-ns"), median("p99", "p99-ns"), median("max", "max-ns"),
+			median("CPU/req", "server-cpu-ns/op"), {"held", func(r cfgRow) string { return fmt.Sprintf("%.0f", r.med["blocked-requests"]) }}}
+	}
 	if cp.quota > 0 {
 		// p99.99 is in quota.txt and tables-quota.txt: with the
 		// runtime's rows' names the cell has no room for it in 120
@@ -186,6 +212,10 @@ func detailBlock(id string, v cellVerdict) block {
 		b.foot = append(b.foot, fmt.Sprintf("Spinning: %s against %s, %s.", defaultCfg, spinNever, v.spin))
 	}
 	legend := "load: the load generator's CPU (1 CPU = 100%). "
+	if cp.blocked > 0 {
+		legend = fmt.Sprintf("req/s, p50, p99, max, CPU/req: the pinging connection's; held: the blocked connection's requests, each held %v "+
+			"by the server (loadgen -blocked, echoserver -delay), in the measured window. ", cp.delay)
+	}
 	if cp.quota > 0 {
 		legend = "throttled: time the kernel throttled the server's group; periods: throttled periods of all (100 ms each) in the measured window. "
 	}
@@ -201,10 +231,14 @@ func direction(m measure) string {
 	return "lower is better"
 }
 
-// compact is a comparison as "1.48x [1.40,1.57] wins", "—" for none.
+// compact is a comparison as "1.48x [1.40,1.57] wins", "—" for none,
+// "0.97x (1 sample) level" for one sample.
 func compact(c *comparison, m measure) string {
 	if c == nil {
 		return "—"
+	}
+	if c.oneSample && c.n == 1 {
+		return c.interval() + " " + c.verdict(m.higherBetter)
 	}
 	if c.n < 2 {
 		return fmt.Sprintf("n=%d: unresolved", c.n)
@@ -217,7 +251,7 @@ func ratioWord(c *comparison, m measure) string {
 	if c == nil {
 		return "—"
 	}
-	if c.n < 2 {
+	if c.n < 2 && !(c.oneSample && c.n == 1) {
 		return fmt.Sprintf("n=%d: unresolved", c.n)
 	}
 	return fmt.Sprintf("%.2fx %s", c.geo, c.verdict(m.higherBetter))

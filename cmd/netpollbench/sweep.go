@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -31,18 +30,43 @@ var sweepShape = cell{conns: 1, size: 64}
 // second of the window (1 is one whole CPU), server-cpu-ns/op over ns/op.
 const utilUnit = "server-cpu-util"
 
-// sweep is what the sweep measured, for the report.
+// sweep is the sweep as the render stage draws it, derived from the
+// plan's sweep cells (sweepOf).
 type sweep struct {
-	path   string    // the benchmark lines, sweep.txt
-	srvs   []server  // the configurations, in column order
-	rates  []float64 // ascending, the closed loop (0) last
-	rounds int
-	shape  cell // the load apart from the rate, placed as the run's first placement
-	// reused is the plan's closed cell's rounds when the closed loop's
-	// lines are that cell's, measured with the main matrix; 0 when the
-	// sweep added that cell for itself.
-	reused  int
-	skipped []string // configurations the sweep would have had but the build dropped
+	cells  []*cellPlan // in rate order, the closed loop last
+	srvs   []server    // the sweep's configurations, in column order
+	rates  []float64   // ascending, the closed loop (0) last
+	rounds int         // the open cells'
+	shape  cell        // the load apart from the rate
+}
+
+// sweepOf is the sweep of p's sweep cells; nil when p has none.
+func sweepOf(p *plan) *sweep {
+	sw := &sweep{}
+	for _, cp := range p.cells {
+		if !cp.sweep {
+			continue
+		}
+		sw.cells = append(sw.cells, cp)
+		for _, s := range cp.srvs {
+			if slices.Contains(sweepConfigs, s.name) && !slices.ContainsFunc(sw.srvs, func(x server) bool { return x.name == s.name }) {
+				sw.srvs = append(sw.srvs, s)
+			}
+		}
+		if cp.rate > 0 || sw.rounds == 0 {
+			sw.rounds = cp.rounds
+		}
+		sw.shape = cp.cell
+		sw.shape.rate = 0
+	}
+	if len(sw.cells) == 0 || len(sw.srvs) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(sw.cells, func(a, b *cellPlan) int { return compareRates(a.rate, b.rate) })
+	for _, cp := range sw.cells {
+		sw.rates = append(sw.rates, cp.rate)
+	}
+	return sw
 }
 
 // parseRates parses -rates: requests/s, or 0 or "closed" for the closed
@@ -63,16 +87,19 @@ func parseRates(s string) ([]float64, error) {
 		}
 		rates = append(rates, v)
 	}
-	slices.SortFunc(rates, func(a, b float64) int {
-		switch {
-		case a == b:
-			return 0
-		case a == 0 || (b != 0 && a > b):
-			return 1
-		}
-		return -1
-	})
+	slices.SortFunc(rates, compareRates)
 	return rates, nil
+}
+
+// compareRates orders rates ascending with the closed loop (0) last.
+func compareRates(a, b float64) int {
+	switch {
+	case a == b:
+		return 0
+	case a == 0 || (b != 0 && a > b):
+		return 1
+	}
+	return -1
 }
 
 // rateLabel is a rate's value in the rate= label, as loadgen writes it;
@@ -88,102 +115,84 @@ func rateLabel(rate float64) string {
 // configurations among srvs at each rate, placed as the run's first
 // placement (pinned when the run pins). Its closed loop is the plan's
 // closed cell of the same shape, added for the sweep's configurations when
-// the plan lacks it. It returns nil when no configuration of the run is a
-// sweep configuration.
-func planSweep(p *plan, o *options, srvs []server, skipped []string) *sweep {
-	sw := &sweep{path: sweepFile, rates: o.rates, rounds: o.sweepRounds}
-	for _, sk := range skipped {
-		if name, _, _ := strings.Cut(sk, ":"); slices.Contains(sweepConfigs, name) {
-			sw.skipped = append(sw.skipped, sk)
-		}
-	}
-	sw.srvs = keep(srvs, func(s server) bool { return slices.Contains(sweepConfigs, s.name) })
-	if len(sw.srvs) == 0 {
+// the plan lacks it. Every cell of the sweep is marked so (cellPlan.sweep).
+func planSweep(p *plan, o *options, srvs []server) {
+	ss := keep(srvs, func(s server) bool { return slices.Contains(sweepConfigs, s.name) })
+	if len(ss) == 0 {
 		p.notes = append(p.notes, fmt.Sprintf("Sweep skipped: none of %s among the configurations.", strings.Join(sweepConfigs, ", ")))
-		return nil
+		return
 	}
 	shape := sweepShape
 	shape.unpinned = !o.pinned
-	sw.shape = shape
 	for _, rate := range o.rates {
 		if rate == 0 {
 			if cp := p.find(shape); cp != nil {
-				sw.reused = cp.rounds
+				cp.sweep = true
 			} else {
-				p.cells = append(p.cells, &cellPlan{cell: shape, srvs: sw.srvs, rounds: o.sweepRounds,
-					warmup: o.warmup, duration: o.duration, file: rawFile})
+				p.cells = append(p.cells, &cellPlan{cell: shape, srvs: ss, rounds: o.sweepRounds,
+					warmup: o.warmup, duration: o.duration, file: rawFile, sweep: true})
 			}
 			continue
 		}
 		c := shape
 		c.rate = rate
-		p.cells = append(p.cells, &cellPlan{cell: c, srvs: sw.srvs, rounds: o.sweepRounds,
-			warmup: o.warmup, duration: o.duration, file: sweepFile})
+		p.cells = append(p.cells, &cellPlan{cell: c, srvs: ss, rounds: o.sweepRounds,
+			warmup: o.warmup, duration: o.duration, file: sweepFile, sweep: true})
 	}
-	return sw
 }
 
-// sweepLine labels a sweep measurement for benchstat: the closed loop's
-// line gets rate=closed (loadgen names only an open loop's rate), and every
-// line the server's CPU utilisation.
-func sweepLine(line string, closed bool) string {
-	if closed {
-		name, rest, _ := strings.Cut(line, "\t")
-		line = name + "/rate=closed\t" + rest
-	}
-	m := metrics(line)
-	if cpu, ok := m["server-cpu-ns/op"]; ok && m["ns/op"] > 0 {
-		line += fmt.Sprintf("\t%.4f %s", cpu/m["ns/op"], utilUnit)
-	}
-	return line
-}
-
-// reportSweep appends the closed loop's lines (the plan's closed cell of
-// the sweep's shape, from t) to sweep.txt in dir, writes the sweep's
-// benchstat tables (rows rate, columns configuration), prints their file
-// name and draws its plots; it returns the plot files.
-func reportSweep(ctx context.Context, root, dir string, sw *sweep, t *table, stdout io.Writer) ([]string, error) {
-	path := filepath.Join(dir, sw.path)
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(f, "closed-loop: the rate=closed lines are the %s cell's (%s)\n", sw.shape, rawFile)
+// sweepLines are the sweep's lines for benchstat, in the order measured,
+// each round's after a "round: N" line: its cells' results of its
+// configurations, the closed loop's labelled rate=closed (loadgen names
+// only an open loop's rate), every line with the server's CPU utilisation
+// (utilUnit) appended.
+func sweepLines(t *table, sw *sweep) []result {
+	var rs []result
 	for _, r := range t.results {
-		if r.round > 0 && sw.shape.matches(r) && slices.ContainsFunc(sw.srvs, func(s server) bool { return s.name == r.labels["cfg"] }) {
-			fmt.Fprintf(f, "round: %d\n%s\n", r.round, sweepLine(r.line, true))
+		if r.round < 1 || !slices.Contains(sw.cells, r.cell) || !slices.ContainsFunc(sw.srvs, func(s server) bool { return s.name == r.labels["cfg"] }) {
+			continue
 		}
+		line := r.line
+		if r.cell.rate == 0 {
+			name, rest, _ := strings.Cut(line, "\t")
+			line = name + "/rate=closed\t" + rest
+		}
+		if u, ok := value(r, utilUnit); ok {
+			line += fmt.Sprintf("\t%.4f %s", u, utilUnit)
+		}
+		rs = append(rs, newResult(r.cell, r.round, line))
 	}
-	if err := f.Close(); err != nil {
-		return nil, err
-	}
+	return rs
+}
+
+// renderSweep writes the sweep's benchstat tables (rows rate, columns
+// configuration) from sweep.txt, which the render stage wrote before, and
+// draws its plots; it returns the tables' file and the plots'.
+func renderSweep(ctx context.Context, root, dir string, t *table, sw *sweep) (string, []string, error) {
 	tables, err := benchstat(ctx, root, "-ignore", "round", "-row", "/rate", "-col", cfgColumns(sw.srvs),
-		"-filter", ".unit:(p50-ns OR p99-ns OR server-cpu-ns/op OR "+utilUnit+")", path)
+		"-filter", ".unit:(p50-ns OR p99-ns OR server-cpu-ns/op OR "+utilUnit+")", filepath.Join(dir, sweepFile))
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Open-loop sweep: %s, offered load in requests/s (rate), latency from each request's intended send time;\n", sw.shape)
 	fmt.Fprintf(&b, "configurations in a random order within each of %d rounds", sw.rounds)
-	if sw.reused > 0 {
-		fmt.Fprintf(&b, "; rate=closed is the main matrix's %s over its %d rounds", sw.shape, sw.reused)
+	if closed := sw.cells[len(sw.cells)-1]; closed.rate == 0 {
+		fmt.Fprintf(&b, "; rate=closed is the %s cell's, over its %d rounds", closed.cell, closed.rounds)
 	}
 	fmt.Fprintf(&b, ".\n%s is server CPU seconds per second (1 = one whole CPU). A rate a configuration cannot keep up\n", utilUnit)
 	fmt.Fprintf(&b, "with queues its requests: its latency is then the queue's and grows with -duration (the plots say saturated).\n")
-	fmt.Fprintf(&b, "Columns compare with the first (%s). Raw: %s\n", sw.srvs[0].name, path)
-	for _, s := range sw.skipped {
-		fmt.Fprintf(&b, "Skipped %s\n", s)
+	fmt.Fprintf(&b, "Columns compare with the first (%s). Raw: %s\n", sw.srvs[0].name, sweepFile)
+	for _, s := range t.skipped {
+		if name, _, _ := strings.Cut(s, ":"); slices.Contains(sweepConfigs, name) {
+			fmt.Fprintf(&b, "Skipped %s\n", s)
+		}
 	}
 	b.WriteString("\n" + tables)
 	tablesPath := filepath.Join(dir, "sweep-tables.txt")
 	if err := os.WriteFile(tablesPath, []byte(b.String()), 0o644); err != nil {
-		return nil, err
+		return "", nil, err
 	}
-	fmt.Fprintf(stdout, "Sweep tables (open loop, %s):\n  %s\n", sw.shape, tablesPath)
-
-	results, err := readResults(path)
-	if err != nil {
-		return nil, err
-	}
-	return drawSweep(dir, sw, results)
+	plots, err := drawSweep(dir, sw, sweepLines(t, sw))
+	return tablesPath, plots, err
 }

@@ -22,6 +22,9 @@ var (
 	byCPU        = measure{"server-cpu-ns/op", "CPU/req", false}
 	byThrottling = measure{"throttled-ns", "throttled", false}
 	byMemory     = measure{"rss-bytes/conn", "KiB/conn", false}
+	byP99        = measure{"p99-ns", "p99", false}
+	byMax        = measure{"max-ns", "max", false}
+	byBurst      = measure{"rss-burst-bytes/conn", "after burst", false}
 )
 
 // clientBound is the share of its CPUs above which the load generator,
@@ -57,16 +60,22 @@ type cfgRow struct {
 	missing  bool               // no round measured
 }
 
-// medianUnits are the units whose medians the rows carry.
+// medianUnits are the units whose medians the rows carry: the load
+// cells', the blocked-neighbour cell's held requests, and the idle cell's.
 var medianUnits = []string{"req/s", "p50-ns", "p99-ns", "p99.9-ns", "p99.99-ns", "max-ns", "server-cpu-ns/op",
-	"syscalls/op", "client-cpu-util", utilUnit, "throttled-periods", "throttled-ns", "quota-periods"}
+	"syscalls/op", "client-cpu-util", utilUnit, "throttled-periods", "throttled-ns", "quota-periods", "blocked-requests",
+	"rss-bytes/conn", "rss-1conn-bytes", "rss-bytes", "rss-gc-bytes/conn", "heap-live-bytes/conn", "heap-objects/conn",
+	"rss-burst-bytes/conn", "slab-bytes/conn", "unsettled-readings"}
 
-// judge judges every cell of t's plan. ncpu is the machine's CPUs (an
-// unpinned cell's client shares them with the server).
+// judge judges every cell of t's plan but the herd's, which compares the
+// kernel's epoll modes, not configurations. ncpu is the machine's CPUs
+// (an unpinned cell's client shares them with the server).
 func judge(t *table, ncpu int) []cellVerdict {
 	var out []cellVerdict
 	for _, cp := range t.plan.cells {
-		out = append(out, judgeCell(t, cp, ncpu))
+		if cp.kind != kindHerd {
+			out = append(out, judgeCell(t, cp, ncpu))
+		}
 	}
 	return out
 }
@@ -74,16 +83,27 @@ func judge(t *table, ncpu int) []cellVerdict {
 func judgeCell(t *table, cp *cellPlan, ncpu int) cellVerdict {
 	v := cellVerdict{cp: cp}
 	series := map[string]map[string][]float64{} // cfg -> unit -> by round
+	// A measurement is there when it has its kind's main figure.
+	there := "req/s"
+	if cp.kind == kindIdle {
+		there = byMemory.unit
+	}
 	var clients, totals []float64
 	for _, s := range cp.srvs {
 		row := cfgRow{cfg: s.name, med: map[string]float64{}}
 		series[s.name] = map[string][]float64{}
 		for _, u := range medianUnits {
-			vs := t.byRound(cp.cell, s.name, u, cp.rounds)
+			vs := t.byRound(cp, s.name, u)
 			series[s.name][u] = vs
+			if cp.kind == kindIdle {
+				// Growths per connection: the system-wide Slab may
+				// shrink, and a negative reading is one.
+				row.med[u] = med(slices.DeleteFunc(slices.Clone(vs), math.IsNaN))
+				continue
+			}
 			row.med[u] = med(present(vs))
 		}
-		row.n = len(present(series[s.name]["req/s"]))
+		row.n = len(present(series[s.name][there]))
 		row.missing = row.n == 0
 		cl, srv := series[s.name]["client-cpu-util"], series[s.name][utilUnit]
 		for i := range cl {
@@ -101,6 +121,11 @@ func judgeCell(t *table, cp *cellPlan, ncpu int) cellVerdict {
 		v.spin = newSpinPrice(series)
 	}
 	switch {
+	case cp.kind == kindIdle:
+		v.measure, v.why = byMemory, "the server's resident memory per idle connection is what decides how many a machine holds"
+	case cp.blocked > 0:
+		v.measure, v.why = byP99, fmt.Sprintf("what a handler blocked %v costs its neighbours shows in their tail: the pinging connection's p99, "+
+			"its worst round trip beside it", cp.delay)
 	case cp.quota > 0:
 		v.measure, v.why = byThrottling, "under a quota the time the kernel throttled the server decides: "+
 			"every request waiting in a throttled window stalls for the rest of the period (the tail: p99.9, p99.99, max)"
@@ -122,8 +147,10 @@ func judgeCell(t *table, cp *cellPlan, ncpu int) cellVerdict {
 		v.why = fmt.Sprintf("the server is the bottleneck (load generator %.0f%% of its CPU)", 100*v.clientUtil)
 	}
 	switch {
-	case cp.quota > 0:
-		v.second = measure{"max-ns", "max", false}
+	case cp.kind == kindIdle:
+		v.second = byBurst
+	case cp.quota > 0 || cp.blocked > 0:
+		v.second = byMax
 	case v.measure == byCPU && cp.rate > 0:
 		v.second = measure{"p50-ns", "p50", false}
 	case v.measure == byCPU:
@@ -150,16 +177,20 @@ func judgeCell(t *table, cp *cellPlan, ncpu int) cellVerdict {
 		if r.missing {
 			continue
 		}
+		// One sample a configuration: the ratio alone decides.
+		one := cp.rounds == 1
 		if r.cfg != "net" && series["net"] != nil {
 			c := compare(series[r.cfg][m.unit], series["net"][m.unit])
 			c2 := compare(series[r.cfg][v.second.unit], series["net"][v.second.unit])
+			c.oneSample, c2.oneSample = one, one
 			r.vsNet, r.vsNet2 = &c, &c2
 		}
 		if v.peer != "" && r.cfg != v.peer {
 			c := compare(series[r.cfg][m.unit], series[v.peer][m.unit])
+			c.oneSample = one
 			r.vsPeer = &c
 		}
-		r.vsBefore = judgeBefore(series, r.cfg)
+		r.vsBefore = judgeBefore(series, r.cfg, m, one)
 	}
 	return v
 }
@@ -186,51 +217,4 @@ func better(m measure, a, b float64) bool {
 // negative (a throttled time of zero is a value).
 func present(vs []float64) []float64 {
 	return slices.DeleteFunc(slices.Clone(vs), func(v float64) bool { return !(v >= 0) })
-}
-
-// idleVerdict is the idle experiment's row of the verdict: the default's
-// KiB per connection against net's and the best peer's, one sample each
-// (no interval: the word is from the ratio alone, level within
-// [levelLo, levelHi]).
-type idleVerdict struct {
-	conns          int
-	def, net, peer *idleRow
-}
-
-func judgeIdle(rows []idleRow) *idleVerdict {
-	iv := &idleVerdict{}
-	for i := range rows {
-		r := &rows[i]
-		if r.err != nil {
-			continue
-		}
-		switch {
-		case r.cfg == defaultCfg:
-			iv.def, iv.conns = r, r.conns
-		case r.cfg == "net":
-			iv.net = r
-		case slices.Contains(peers, r.cfg) && (iv.peer == nil || r.perConn < iv.peer.perConn):
-			iv.peer = r
-		}
-	}
-	if iv.def == nil {
-		return nil
-	}
-	return iv
-}
-
-// oneSample is the verdict of a single-sample ratio, lower better.
-func oneSample(x, base *idleRow) string {
-	if base == nil || base.perConn <= 0 {
-		return "n/a"
-	}
-	r := x.perConn / base.perConn
-	w := verdictLevel
-	switch {
-	case r < levelLo:
-		w = verdictWins
-	case r > levelHi:
-		w = verdictLoses
-	}
-	return fmt.Sprintf("%.2fx (1 sample) %s", r, w)
 }
