@@ -280,18 +280,6 @@ func (g *Group) setupListen(fd int, network string, ep endpoint, reusePort bool)
 	return nil
 }
 
-// Accept waits for and returns the next connection, a *Conn. It fails
-// with an error wrapping os.ErrDeadlineExceeded once the deadline
-// (SetDeadline) has passed, and with one wrapping net.ErrClosed after
-// Close.
-func (l *Listener) Accept() (net.Conn, error) {
-	c, err := l.AcceptConn()
-	if err != nil {
-		return nil, err // not a nil *Conn in a non-nil net.Conn
-	}
-	return c, nil
-}
-
 // AcceptConn is Accept returning the *Conn, as *net.TCPListener's
 // AcceptTCP returns a *net.TCPConn.
 func (l *Listener) AcceptConn() (*Conn, error) {

@@ -128,3 +128,15 @@ func (g *Group) checkOpen() error {
 	}
 	return nil
 }
+
+// Accept waits for and returns the next connection, a *Conn. It fails
+// with an error wrapping os.ErrDeadlineExceeded once the deadline
+// (SetDeadline) has passed, and with one wrapping net.ErrClosed after
+// Close.
+func (l *Listener) Accept() (net.Conn, error) {
+	c, err := l.AcceptConn()
+	if err != nil {
+		return nil, err // not a nil *Conn in a non-nil net.Conn
+	}
+	return c, nil
+}
