@@ -179,8 +179,14 @@ func (c comparison) interval() string {
 	return fmt.Sprintf("%.2fx [%s,%s]", c.geo, bound(c.lo), bound(c.hi))
 }
 
-// bound is an interval's bound: two decimals, three digits past 10.
+// bound is an interval's bound: two decimals, three digits past 10, and
+// ">999" past that: a run of two or three rounds can give a t-interval
+// wider than any ratio means, and its digits would push the summary's
+// lines past their width.
 func bound(v float64) string {
+	if v > 999 {
+		return ">999"
+	}
 	if v >= 10 {
 		return fmt.Sprintf("%.3g", v)
 	}

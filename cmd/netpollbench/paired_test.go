@@ -90,6 +90,8 @@ func TestPairedVerdict(t *testing.T) {
 		{"higher/level-band-edges", comparison{n: 6, geo: 1, lo: levelLo, hi: levelHi}, true, verdictLevel, "1.00x [0.95,1.05]"},
 		{"higher/unresolved", comparison{n: 6, geo: 1, lo: 0.93, hi: 1.08}, true, verdictUnresolved, "1.00x [0.93,1.08]"},
 		{"lower/unresolved", comparison{n: 6, geo: 1, lo: 0.93, hi: 1.08}, false, verdictUnresolved, "1.00x [0.93,1.08]"},
+		{"higher/wide", comparison{n: 2, geo: 2.74, lo: 0.0001, hi: 1.32e8}, true, verdictUnresolved, "2.74x [0.00,>999]"},
+		{"higher/wide-past-10", comparison{n: 3, geo: 12.5, lo: 11.04, hi: 999}, true, verdictWins, "12.50x [11,999]"},
 		{"higher/n=1", comparison{n: 1, geo: 1.5, lo: nan, hi: nan}, true, verdictUnresolved, "n/a"},
 		{"lower/n=0", comparison{lo: nan, hi: nan}, false, verdictUnresolved, "n/a"},
 	}
