@@ -371,6 +371,9 @@ func idleRacer(addr string, timeout time.Duration, seed uint64, served, refused 
 	}
 	var b [1]byte
 	for r := range 3 {
+		// The behaviour under test: a request sent at a random moment
+		// around the idle timeout (half to one and a half of it), racing
+		// the timer; nothing is synchronized by it.
 		time.Sleep(timeout/2 + time.Duration(rng.Int64N(int64(timeout))))
 		if _, err := c.Write([]byte{byte(r)}); err != nil {
 			if closed(err) {

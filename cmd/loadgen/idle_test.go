@@ -30,6 +30,8 @@ func markedEcho(delay time.Duration, open *atomic.Int64) func(net.Conn) {
 				b := buf[:n]
 				switch loadproto.MarkOf(b) {
 				case loadproto.Delay:
+					// The behaviour under test: a server holding a Delay
+					// request (echoserver -delay), not a wait for a goroutine.
 					time.Sleep(delay)
 				case loadproto.Memstats:
 					k := uint64(open.Load())
