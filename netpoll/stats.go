@@ -16,6 +16,7 @@ type pollerStats struct {
 	SpinTime, BlockCost                                                 time.Duration // BlockCost sums as the largest
 	Events, StaleEvents                                                 uint64
 	InlineWaits, StepAsides, Takeovers, CrowdHandoffs                   uint64
+	WatchArms, WatchDisarms, WatchIdleFires                             uint64
 	CtlAdd, CtlMod, CtlDel                                              uint64
 	ReadParks, WriteParks, EAGAIN, ReadyTokens, ShortSkips              uint64
 	LevelDisarms, Accepts, AcceptEAGAIN, AcceptBackoffs                 uint64
@@ -79,6 +80,9 @@ const (
 	cStepAsides
 	cTakeovers
 	cCrowdHandoffs
+	cWatchArms
+	cWatchDisarms
+	cWatchIdleFires
 	cCtlAdd
 	cCtlDel
 	cLevelDisarms
@@ -126,6 +130,9 @@ func (s *pollerStats) counters() [numCounters]*uint64 {
 		cStepAsides:     &s.StepAsides,
 		cTakeovers:      &s.Takeovers,
 		cCrowdHandoffs:  &s.CrowdHandoffs,
+		cWatchArms:      &s.WatchArms,
+		cWatchDisarms:   &s.WatchDisarms,
+		cWatchIdleFires: &s.WatchIdleFires,
 		cCtlAdd:         &s.CtlAdd,
 		cCtlDel:         &s.CtlDel,
 		cLevelDisarms:   &s.LevelDisarms,
@@ -244,6 +251,9 @@ var statTable = func() []stat {
 	counter("/netpoll/inline/step-asides:operations", "wait=inline: of those, the ones that woke others before their own event came.", cStepAsides)
 	counter("/netpoll/inline/takeovers:calls", "wait=inline: times the poller's goroutine took the role left with operations parked.", cTakeovers)
 	counter("/netpoll/inline/crowd-handoffs:calls", "wait=inline: times a holder gave the role up because a crowd was parked.", cCrowdHandoffs)
+	counter("/netpoll/watch/arms:calls", "wait=inline: times the watch port was armed (EPOLL_CTL_MOD), so that the first event wakes the poller's goroutine.", cWatchArms)
+	counter("/netpoll/watch/disarms:calls", "wait=inline: times the watch port was disarmed (EPOLL_CTL_MOD).", cWatchDisarms)
+	counter("/netpoll/watch/idle-fires:calls", "wait=inline: watch port fires that found the role no longer out (the poller's goroutine went back to wait).", cWatchIdleFires)
 	counter("/netpoll/level-disarms:operations", "mode=lt: readers disarmed for not reading.", cLevelDisarms)
 	counter("/netpoll/accept/eagain:calls", "accept4 calls that found no connection: a woken acceptor another beat to it.", cAcceptEAGAIN)
 	counter("/netpoll/accept/backoffs:calls", "Accept back-offs while out of descriptors or memory.", cAcceptBackoffs)

@@ -1,0 +1,120 @@
+package netpoll
+
+import (
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// The watch port: a second epoll instance that holds the poller's epoll fd
+// (E1) and nothing else, registered with the runtime's netpoller like E1
+// itself. While it is armed, the first event E1 gets makes the port
+// readable, and the runtime readies the goroutine parked on the port (the
+// watcher) on the thread it wakes for it, as it would package net's reader:
+// a goroutine can watch E1 for others without polling it, and without a
+// timer. Disarmed, E1's events reach nobody through it.
+//
+// E1 is held with EPOLLIN|EPOLLONESHOT: arm is EPOLL_CTL_MOD to those
+// events, disarm EPOLL_CTL_MOD to none. What the kernel does with that
+// (TestWatchPort pins each point):
+//
+//  1. disarmed, an event on E1 makes the port neither ready nor readable;
+//  2. arm with E1 ready already fires at once (the MOD polls E1 again), so
+//     an event between the watcher's last look and the arm is not lost;
+//  3. once epoll_wait on the port has reported E1, ONESHOT keeps the port
+//     quiet until the next arm;
+//  4. arm, then disarm, then an event: quiet;
+//  5. a fire nobody reports stays on the port's ready list, and a later
+//     arm adds no new edge: the runtime, edge-triggered on the port, wakes
+//     nobody for it. So whoever parks on the port polls it first (fired),
+//     in every RawRead callback, as RawRead itself resets the runtime's
+//     readiness before it parks;
+//  6. a goroutine in E1's RawRead and one in the port's are each woken by
+//     their own registration.
+type watchPort struct {
+	p  *poller
+	fd int
+	f  *os.File // registers fd with the runtime's netpoller; closing it closes fd
+	rc syscall.RawConn
+	// ev is fired's buffer: only the goroutine inside the port's RawRead
+	// polls the port.
+	ev [1]unix.EpollEvent
+}
+
+// newWatchPort makes p's watch port, disarmed.
+func newWatchPort(p *poller) (_ *watchPort, err error) {
+	fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	defer func() {
+		if err != nil {
+			unix.Close(fd)
+		}
+	}()
+	ev := unix.EpollEvent{Fd: int32(p.epfd)} // no events: disarmed
+	if err := epollCtl(fd, unix.EPOLL_CTL_ADD, p.epfd, &ev); err != nil {
+		return nil, os.NewSyscallError("epoll_ctl", err)
+	}
+	// os.NewFile registers a non-blocking fd with the runtime's netpoller.
+	if err := unix.SetNonblock(fd, true); err != nil {
+		return nil, os.NewSyscallError("fcntl", err)
+	}
+	w := &watchPort{p: p, fd: fd, f: os.NewFile(uintptr(fd), "netpoll-watch")}
+	if w.rc, err = w.f.SyscallConn(); err != nil {
+		w.f.Close()
+		w.fd = -1
+		return nil, err
+	}
+	return w, nil
+}
+
+// arm makes the port fire at E1's next event, or at once if E1 has one.
+func (w *watchPort) arm() error {
+	w.p.st.inc(cWatchArms)
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLONESHOT, Fd: int32(w.p.epfd)}
+	if err := epollCtl(w.fd, unix.EPOLL_CTL_MOD, w.p.epfd, &ev); err != nil {
+		return os.NewSyscallError("epoll_ctl", err)
+	}
+	return nil
+}
+
+// disarm makes E1's events reach nobody through the port. A fire already
+// on the port's ready list is dropped with it.
+func (w *watchPort) disarm() error {
+	w.p.st.inc(cWatchDisarms)
+	ev := unix.EpollEvent{Fd: int32(w.p.epfd)}
+	if err := epollCtl(w.fd, unix.EPOLL_CTL_MOD, w.p.epfd, &ev); err != nil {
+		return os.NewSyscallError("epoll_ctl", err)
+	}
+	return nil
+}
+
+// fired polls the port without blocking: whether it fired since it was
+// last polled. A fire it reports is used up (ONESHOT): the port stays quiet
+// until the next arm. The kernel polls E1 again as it reports, so a fire is
+// reported only while E1 still has an event: one that somebody polling E1
+// has taken meanwhile is not. Only the goroutine in the port's RawRead
+// calls it.
+func (w *watchPort) fired() bool {
+	for {
+		n, err := unix.EpollWait(w.fd, w.ev[:], 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			panic("netpoll: epoll_wait on our own watch port failed: " + err.Error())
+		}
+		return n > 0
+	}
+}
+
+// close closes the port; the goroutine parked in its RawRead, if any,
+// returns with an error.
+func (w *watchPort) close() {
+	if w.f != nil {
+		w.f.Close()
+		w.f, w.fd = nil, -1
+	}
+}
