@@ -275,3 +275,7 @@ type GroupStats = groupStats
 // Counters returns every counter of g, per poller and summed: what
 // ReadStats reads by name, as a struct for tests.
 func Counters(g *Group) GroupStats { return g.counters() }
+
+// InlineGen returns the generation in the WaitInline role word of c's
+// poller: how many times the watcher took the role out.
+func InlineGen(c any) uint64 { return descOf(c).p.inline.word.Load() & genMask / genUnit }

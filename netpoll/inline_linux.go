@@ -4,7 +4,6 @@ import (
 	"os"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -24,30 +23,47 @@ import (
 // parked first and woken rarely, would keep the role and wake every reader
 // through its channel: two hops again (measured so).
 //
-// The role is one word, role in the low bits and the count of operations
-// parked on their channels (waiters) above:
+// The role is one word, laid out as
 //
-//	roleLoop    the poller's goroutine is in (or entering) RawRead: it
-//	            watches for the waiters, and leaves the role after a poll
-//	            that woke one (it will come back to park and may take it)
+//	bits 0-1   role (below)
+//	bit  2     armed: the watch port is armed (or its arm is under way by
+//	           the goroutine that set the bit, or its fire is not yet
+//	           taken); whoever clears it in a CAS disarms, unless the fire
+//	           was reported to it
+//	bits 3-31  gen: +1 at each takeover, so that a CAS made on a word
+//	           loaded before a takeover fails (29 bits: ABA needs 2^29
+//	           takeovers between a load and its CAS)
+//	bits 32-63 the count of operations parked on their channels (waiters)
+//
+// and the roles are:
+//
+//	roleLoop    the poller's goroutine holds the role: in (or entering)
+//	            RawRead on the epoll fd, watching for the waiters, and
+//	            leaving after a poll that woke one (it will come back to
+//	            park and may take it); or, called by a crowd or by an
+//	            operation with a deadline, parked on the armed watch port,
+//	            to enter at the epoll fd's first event
 //	roleInline  a parking operation is in (or entering) RawRead
 //	roleOut     a holder left with waiters (fewer than inlineCrowd, else
-//	            the role goes to loop): nobody watches until the next
-//	            operation to park takes the role, or inlineHandoff has passed
-//	            and the timer gives it to the loop goroutine; the last
-//	            waiter to leave it, or the timer finding none, makes it vacant
+//	            the role goes to loop): nobody polls the epoll fd, the
+//	            watch port is armed, and the poller's goroutine (the
+//	            watcher) takes the role at the epoll fd's first event
+//	            (a takeover), unless an operation parking takes it first;
+//	            the last waiter to leave it makes it vacant
 //	roleVacant  nobody watches and no operation waits
 //
 // Invariants: an operation parks on its channel only by adding itself to the
 // waiters of a word whose role is loop or inline, by moving the role to
 // loop itself (with a deadline, see park), or by moving it out (or, in a
-// crowd, to loop) as it steps aside, and every move out arms the timer
-// (wentOut), so a waiter is never left unwatched for longer than twice the
-// handoff (at most 2·inlineHandoffMax); the loop goroutine is active
-// exactly while the role is loop (the baton, capacity 1, carries each move to
-// loop); and whoever enters RawRead polls before it parks, since entering
-// resets the runtime's readiness of the epoll fd and an edge that came while
-// nobody was inside would otherwise be lost.
+// crowd, to loop) as it steps aside; every move into roleOut, and every
+// call of the loop, arms the watch port, so a waiter is never left
+// unwatched: the first event on the epoll fd wakes the watcher through the
+// runtime, as it would a reader of package net; the loop goroutine polls
+// the epoll fd only while the role is loop; and whoever enters RawRead, on
+// the epoll fd or on the watch port, polls before it parks, since entering
+// resets the runtime's readiness of the fd and an edge that came while
+// nobody was inside would otherwise be lost (for the port, see
+// watch_linux.go, point 5).
 const (
 	roleLoop uint64 = iota
 	roleInline
@@ -55,28 +71,17 @@ const (
 	roleVacant
 
 	roleMask   uint64 = 3
-	waiterUnit uint64 = 4
-)
-
-// inlineHandoff bounds how long waiters go unwatched after a holder left
-// with its own event: the time a request-response handler usually takes to
-// park again. It is where the bound starts and where a takeover puts it
-// back; while holders keep coming back before the timer fires, it doubles
-// up to inlineHandoffMax. A timer that fires into an idle process wakes it:
-// at 500µs, a 2k req/s open loop on one connection (its acceptor a waiter,
-// the reader leaving with its own event each request) paid one such
-// wakeup per request, 54 to 61-64µs of server CPU per request (pinned,
-// 2-vCPU EPYC guest); at 5ms, 54-58µs, package net's 52-54µs.
-const (
-	inlineHandoff    = 500 * time.Microsecond
-	inlineHandoffMax = 4 * time.Millisecond
+	armedBit   uint64 = 4
+	genUnit    uint64 = 8
+	genMask    uint64 = 1<<32 - genUnit
+	waiterUnit uint64 = 1 << 32
 )
 
 // inlineCrowd is the count of parked operations from which the role stays
 // with the loop goroutine: waitNested's loop, whose one goroutine polls for
 // them all. With one P a holder carries on with its own event where the
 // loop would hop; but with several, while the holder, having left with its
-// event, serves it, nobody watches for the others, and an idle P that
+// event, serves it, nobody polls for the others, and an idle P that
 // package net's poller would have fed with their events stays idle. (Echo
 // at 50 connections, unpinned on 2 vCPUs: holders handing the role round
 // served 0.90x net's req/s at net's CPU per request.)
@@ -84,19 +89,15 @@ const inlineCrowd = 4
 
 type inlineWait struct {
 	p      *poller
-	word   atomic.Uint64 // role | waiters*waiterUnit
+	word   atomic.Uint64 // role | armed | gen | waiters, see above
 	rc     syscall.RawConn
+	file   *os.File            // the epoll fd's, whose SyscallConn rc is; closed by poller.stop
+	port   *watchPort          // armed while the role is out, or called to loop
 	kickfd int                 // eventfd registered edge-triggered: written to wake the holder
 	holder atomic.Pointer[dir] // the direction waiting inline, nil if none
 	// polling is set while the holder polls: a token sent meanwhile is seen
 	// by the holder's check after the poll, so it needs no kick.
 	polling atomic.Bool
-	timer   *time.Timer        // roleOut's bound: gives the role to the loop
-	armed   atomic.Bool        // the timer is pending
-	outSeq  atomic.Uint64      // moves to roleOut so far
-	seenSeq atomic.Uint64      // outSeq when the timer was last armed or fired
-	handoff atomic.Int64       // the timer's delay now, inlineHandoff to inlineHandoffMax (ns)
-	baton   chan struct{}      // capacity 1: wakes the loop goroutine into roleLoop
 	quit    chan struct{}      // closed by stop
 	step    func(uintptr) bool // holderStep, made once: a method value made per park would allocate
 	aside   bool               // the holder steps aside; owned by the holder
@@ -110,13 +111,10 @@ type inlineWait struct {
 }
 
 func newInlineWait(p *poller) (*inlineWait, error) {
-	iw := &inlineWait{p: p, kickfd: -1, baton: make(chan struct{}, 1), quit: make(chan struct{})}
-	iw.word.Store(roleVacant) // the loop goroutine starts dormant
-	iw.handoff.Store(int64(inlineHandoff))
+	iw := &inlineWait{p: p, kickfd: -1, quit: make(chan struct{})}
+	iw.word.Store(roleVacant) // the loop goroutine starts watching a disarmed port
 	iw.step = iw.holderStep
 	iw.held = pollStep{p: p, spins: true}
-	iw.timer = time.AfterFunc(time.Hour, iw.takeover)
-	iw.timer.Stop()
 	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		return nil, os.NewSyscallError("eventfd", err)
@@ -127,11 +125,19 @@ func newInlineWait(p *poller) (*inlineWait, error) {
 		iw.close()
 		return nil, os.NewSyscallError("epoll_ctl", err)
 	}
+	if iw.port, err = newWatchPort(p); err != nil {
+		iw.close()
+		return nil, err
+	}
 	return iw, nil
 }
 
+// close closes the watch port and the kick eventfd. The poller closes
+// its epoll fd after them.
 func (iw *inlineWait) close() {
-	iw.timer.Stop()
+	if iw.port != nil {
+		iw.port.close()
+	}
 	if iw.kickfd >= 0 {
 		unix.Close(iw.kickfd)
 		iw.kickfd = -1
@@ -145,6 +151,42 @@ var testHookInlinePark atomic.Pointer[func(inline bool)]
 func inlineParkHook(inline bool) {
 	if h := testHookInlinePark.Load(); h != nil {
 		(*h)(inline)
+	}
+}
+
+// withRole returns w with its role replaced, gen and waiters kept, and the
+// armed bit set or cleared.
+func withRole(w, role uint64, armed bool) uint64 {
+	w = w&^(roleMask|armedBit) | role
+	if armed {
+		w |= armedBit
+	}
+	return w
+}
+
+// armed follows a CAS that set the armed bit: it arms the port if the bit
+// was clear in the word replaced (was).
+func (iw *inlineWait) armed(was uint64) {
+	if was&armedBit == 0 {
+		iw.portCtl(iw.port.arm())
+	}
+}
+
+// disarmed follows a CAS that cleared the armed bit: it disarms the port if
+// the bit was set in the word replaced (was).
+func (iw *inlineWait) disarmed(was uint64) {
+	if was&armedBit != 0 {
+		iw.portCtl(iw.port.disarm())
+	}
+}
+
+// portCtl checks an arm or disarm of the watch port. EPOLL_CTL_MOD of the
+// poller's own epoll fd in its own port fails only if the registration is
+// gone (ENOENT: a broken invariant) or the process is being killed (EINTR);
+// a failed arm would leave waiters unwatched for good.
+func (iw *inlineWait) portCtl(err error) {
+	if err != nil {
+		panic("netpoll: epoll_ctl on the poller's own watch port failed: " + err.Error())
 	}
 }
 
@@ -164,16 +206,18 @@ func (iw *inlineWait) park(dr *dir) (timedOut bool) {
 		if dr.deadline.Load() != 0 {
 			// The holder parks in RawRead without a timer of its own:
 			// an operation with a deadline waits on its channel and
-			// wakes the loop goroutine to watch.
-			if iw.word.CompareAndSwap(w, (w&^roleMask|roleLoop)+waiterUnit) {
+			// calls the loop goroutine, which enters at the epoll fd's
+			// first event (the port armed).
+			if iw.word.CompareAndSwap(w, withRole(w, roleLoop, true)+waiterUnit) {
+				iw.armed(w)
 				iw.p.st.inc(cTakeovers)
-				iw.baton <- struct{}{}
 				inlineParkHook(false)
 				return iw.parkChan(dr)
 			}
 			continue
 		}
-		if iw.word.CompareAndSwap(w, w&^roleMask|roleInline) {
+		if iw.word.CompareAndSwap(w, withRole(w, roleInline, false)) {
+			iw.disarmed(w)
 			iw.p.st.inc(cInlineWaits)
 			inlineParkHook(true)
 			if !iw.hold(dr) {
@@ -191,15 +235,32 @@ func (iw *inlineWait) park(dr *dir) (timedOut bool) {
 
 func (iw *inlineWait) parkChan(dr *dir) bool {
 	t := dr.park()
-	if iw.word.Add(^(waiterUnit - 1)) == roleOut { // minus one waiter
-		// The last waiter of a role out: nobody is left to watch for,
-		// so the role is vacant (else the timer would hand the loop
-		// goroutine a role with nobody to wake, and the next operation
-		// to park would wait behind it, two hops). A holder leaves the
-		// role out with the waiters it has just woken still counted.
-		iw.word.CompareAndSwap(roleOut, roleVacant)
+	for {
+		w := iw.word.Load()
+		next := w - waiterUnit
+		if next < waiterUnit && next&roleMask == roleOut {
+			// The last waiter of a role out: nobody is left to watch
+			// for, so the role is vacant (else the watcher would take,
+			// at the next event, a role with nobody to wake, and the next
+			// operation to park would wait behind it, two hops). The
+			// port stays armed (the bit kept): a disarm here could land
+			// after a later arm by another goroutine; the next holder
+			// disarms it, or the watcher's idle fire uses it up. A holder
+			// leaves the role out with the waiters it has just woken still
+			// counted.
+			next = withRole(next, roleVacant, next&armedBit != 0)
+		}
+		if iw.word.CompareAndSwap(w, next) {
+			if next < waiterUnit && next&roleMask == roleLoop {
+				// The last waiter of the loop, which may be parked
+				// in RawRead with nobody to watch for: kicked, it polls
+				// and leaves (runInline), and the next operation to park
+				// waits inline.
+				iw.kick()
+			}
+			return t
+		}
 	}
-	return t
 }
 
 // hold runs the holder's wait: RawRead on the epoll fd until dr's token
@@ -256,6 +317,7 @@ func (iw *inlineWait) holderStep(uintptr) bool {
 }
 
 // leave gives the role up: vacant when nobody waits, else as moveOut does.
+// Only the role's holder (an operation or the loop goroutine) calls it.
 func (iw *inlineWait) leave() {
 	for {
 		w := iw.word.Load()
@@ -263,94 +325,30 @@ func (iw *inlineWait) leave() {
 			iw.moveOut(0)
 			return
 		}
-		if iw.word.CompareAndSwap(w, roleVacant) {
+		if iw.word.CompareAndSwap(w, withRole(w, roleVacant, w&armedBit != 0)) {
 			return
 		}
 	}
 }
 
 // moveOut gives the role up with operations parked, adding add (0 or one
-// waiterUnit: the caller itself) to their count: out with the timer
-// running, or, in a crowd (inlineCrowd waiters or more), to the loop
-// goroutine.
+// waiterUnit: the caller itself) to their count: out with the watch port
+// armed, or, in a crowd (inlineCrowd waiters or more), to the loop
+// goroutine, which enters the epoll fd at its first event.
 func (iw *inlineWait) moveOut(add uint64) {
 	for {
 		w := iw.word.Load()
+		role := roleOut
 		if (w+add)/waiterUnit >= inlineCrowd {
-			if iw.word.CompareAndSwap(w, (w&^roleMask|roleLoop)+add) {
+			role = roleLoop
+		}
+		if iw.word.CompareAndSwap(w, withRole(w, role, true)+add) {
+			iw.armed(w)
+			if role == roleLoop {
 				iw.p.st.inc(cCrowdHandoffs)
-				iw.baton <- struct{}{}
-				return
 			}
-			continue
-		}
-		if iw.word.CompareAndSwap(w, (w&^roleMask|roleOut)+add) {
-			iw.wentOut()
 			return
 		}
-	}
-}
-
-// wentOut follows each move to roleOut: it counts it and arms the timer
-// unless it is pending already. A pending timer fires at most the handoff
-// after any move out; it takes over only if the role has been out since it
-// was armed or last fired, and otherwise re-arms, so waiters go unwatched for
-// less than twice the handoff (2·inlineHandoffMax at most) and a busy
-// holder makes one timer event per handoff, not one per request. A timer
-// that finds the role taken back since it was armed doubles the handoff; a
-// takeover puts it back to inlineHandoff.
-func (iw *inlineWait) wentOut() {
-	seq := iw.outSeq.Add(1)
-	if !iw.armed.Swap(true) {
-		iw.seenSeq.Store(seq)
-		iw.timer.Reset(time.Duration(iw.handoff.Load()))
-	}
-}
-
-// holdersReturn doubles the handoff, up to inlineHandoffMax: the timer found
-// the role taken back since it was armed. Only the timer's function writes
-// handoff, apart from its initial store.
-func (iw *inlineWait) holdersReturn() {
-	iw.handoff.Store(min(2*iw.handoff.Load(), int64(inlineHandoffMax)))
-}
-
-// takeover is the timer's function (see wentOut).
-func (iw *inlineWait) takeover() {
-	for {
-		w := iw.word.Load()
-		if w == roleOut { // no waiters left: vacant, see parkChan
-			if !iw.word.CompareAndSwap(w, roleVacant) {
-				continue
-			}
-		} else if w&roleMask == roleOut {
-			if seq := iw.outSeq.Load(); seq != iw.seenSeq.Load() {
-				iw.holdersReturn()
-				iw.seenSeq.Store(seq)
-				iw.timer.Reset(time.Duration(iw.handoff.Load()))
-				return
-			}
-			if iw.word.CompareAndSwap(w, w&^roleMask|roleLoop) {
-				// Nobody moves the role out again before the loop
-				// goroutine, woken by the baton below, leaves it.
-				iw.p.st.inc(cTakeovers)
-				iw.handoff.Store(int64(inlineHandoff))
-				iw.armed.Store(false)
-				iw.baton <- struct{}{}
-				return
-			}
-			continue
-		} else {
-			iw.holdersReturn()
-		}
-		iw.armed.Store(false)
-		// A move out between the load above and the store would have
-		// found the timer armed: look again.
-		if iw.word.Load()&roleMask != roleOut || iw.armed.Swap(true) {
-			return
-		}
-		iw.seenSeq.Store(iw.outSeq.Load())
-		iw.timer.Reset(time.Duration(iw.handoff.Load()))
-		return
 	}
 }
 
@@ -360,6 +358,11 @@ func (iw *inlineWait) kickIfHolder(dr *dir) {
 	if iw.holder.Load() != dr || iw.polling.Load() {
 		return
 	}
+	iw.kick()
+}
+
+// kick makes an event on the epoll fd: whoever polls it looks again.
+func (iw *inlineWait) kick() {
 	var one = [8]byte{1}
 	for {
 		if _, err := unix.Write(iw.kickfd, one[:]); err != unix.EINTR {
@@ -368,11 +371,60 @@ func (iw *inlineWait) kickIfHolder(dr *dir) {
 	}
 }
 
-// runInline is the loop goroutine of waitInline: waitNested's loop while it
-// holds the role, leaving it after a poll that woke someone, and never
-// spinning (pollStep.spins is false).
-func (p *poller) runInline(f *os.File) {
-	defer f.Close()
+// watch is the watcher's wait: RawRead on the watch port until the port
+// fires with the role out (a takeover: the role is the loop's, one
+// generation on) or called to the loop, then true; false once stop has
+// closed quit. The port is polled first in every callback (watch_linux.go,
+// point 5). A fire that finds the role otherwise (taken back by an
+// operation parking, or vacant) is an idle fire: the watcher waits again.
+func (iw *inlineWait) watch() bool {
+	took := false
+	err := iw.port.rc.Read(func(uintptr) bool {
+		if iw.port.fired() {
+			for {
+				w := iw.word.Load()
+				switch w & roleMask {
+				case roleOut:
+					// The fire was reported to us: the port is quiet,
+					// so the bit clears without a disarm.
+					if iw.word.CompareAndSwap(w, withRole(w, roleLoop, false)+genUnit) {
+						iw.p.st.inc(cTakeovers)
+						took = true
+						return true
+					}
+					continue
+				case roleLoop: // called (see the roles above)
+					if iw.word.CompareAndSwap(w, withRole(w, roleLoop, false)) {
+						took = true
+						return true
+					}
+					continue
+				}
+				iw.p.st.inc(cWatchIdleFires)
+				if w&armedBit != 0 && !iw.word.CompareAndSwap(w, w&^armedBit) {
+					continue
+				}
+				break
+			}
+		}
+		select {
+		case <-iw.quit:
+			return true
+		default:
+			return false
+		}
+	})
+	if err != nil {
+		panic("netpoll: RawConn.Read on our own watch port failed: " + err.Error())
+	}
+	return took
+}
+
+// runInline is the loop goroutine of waitInline: the watcher while the role
+// is out or vacant, and waitNested's loop while it holds the role, leaving
+// it after a poll that woke someone, and never spinning (pollStep.spins is
+// false).
+func (p *poller) runInline() {
 	iw := p.inline
 	s := pollStep{p: p}
 	stopped := false
@@ -383,7 +435,10 @@ func (p *poller) runInline(f *os.File) {
 				stopped = true
 				return true
 			}
-			if woke > 0 && iw.word.Load()/waiterUnit < inlineCrowd {
+			// Leave after a poll that woke someone, unless a crowd
+			// waits, or when nobody waits (after a takeover whose
+			// waiters left meanwhile): the loop watches for waiters only.
+			if waiters := iw.word.Load() / waiterUnit; woke > 0 && waiters < inlineCrowd || waiters == 0 {
 				return true
 			}
 			if !s.next(n, woke) {
@@ -392,9 +447,7 @@ func (p *poller) runInline(f *os.File) {
 		}
 	}
 	for {
-		select {
-		case <-iw.baton:
-		case <-iw.quit:
+		if !iw.watch() {
 			return
 		}
 		if err := iw.rc.Read(step); err != nil {
@@ -405,4 +458,12 @@ func (p *poller) runInline(f *os.File) {
 		}
 		iw.leave()
 	}
+}
+
+// stopWatcher wakes the watcher to see quit closed: the stop eventfd,
+// level-triggered and written, keeps the epoll fd ready, so the arm fires
+// at once.
+func (iw *inlineWait) stopWatcher() {
+	close(iw.quit)
+	iw.portCtl(iw.port.arm())
 }

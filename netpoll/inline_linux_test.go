@@ -270,3 +270,90 @@ func awaitInlinePark(t *testing.T, what string, start func()) (inline bool) {
 	}
 	return false
 }
+
+// TestInlineWatchTakeover: a holder that leaves with its own event and
+// then blocks outside netpoll (here on a channel, as a handler on a mutex)
+// leaves the role out with B's Read parked on its channel. B's byte, the
+// first event on the epoll fd while the holder is away, fires the watch
+// port: the poller's goroutine takes the role (one takeover, the role word's
+// generation one on) and wakes B while the holder is still blocked. With
+// the port never armed B's Read would wait for the holder.
+func TestInlineWatchTakeover(t *testing.T) {
+	for _, mode := range modes {
+		t.Run("mode="+mode, func(t *testing.T) {
+			g := newGroup(t, cfgOf(t, "mode="+mode+",wait=inline"))
+			l := listen(t, g, "tcp")
+			clientA, serverA := pipe(t, g, l)
+			clientB, serverB := pipe(t, g, l)
+			done, expired := watchdog(t, time.Minute)
+			defer done()
+
+			if !netpoll.AwaitInlineRole(serverA, "vacant", expired) {
+				t.Fatal("the role stayed taken after the setup")
+			}
+			base, gen := netpoll.Counters(g).Total, netpoll.InlineGen(serverA)
+
+			// A's goroutine: one Read, then it blocks until released.
+			readA, release := make(chan ioResult, 1), make(chan struct{})
+			blockedA := make(chan struct{})
+			if !awaitInlinePark(t, "A's Read", func() {
+				go func() {
+					b := make([]byte, 8)
+					n, err := serverA.Read(b)
+					readA <- ioResult{n, err}
+					close(blockedA)
+					<-release
+				}()
+			}) {
+				t.Fatal("A's Read waited on its channel with nobody holding the role; want it inline")
+			}
+			readB := make(chan ioResult, 1)
+			if awaitInlinePark(t, "B's Read", func() {
+				go func() {
+					b := make([]byte, 8)
+					n, err := serverB.Read(b)
+					readB <- ioResult{n, err}
+				}()
+			}) {
+				t.Fatal("B's Read waited inline while A's held the role")
+			}
+			if _, err := clientA.Write([]byte{1}); err != nil {
+				t.Fatal(err)
+			}
+			if r := awaitResult(t, readA, expired, "A's Read"); r.err != nil || r.n != 1 {
+				t.Fatalf("A's Read = %d, %v", r.n, r.err)
+			}
+			<-blockedA
+			if !netpoll.AwaitInlineRole(serverA, "out", expired) {
+				t.Fatal("A left the role, B waiting, and the role is not out")
+			}
+			if s := netpoll.Counters(g).Total; s.WatchArms == base.WatchArms {
+				t.Fatal("the role is out and the watch port was never armed")
+			}
+
+			// B's byte: served while A is still blocked.
+			if _, err := clientB.Write([]byte{2}); err != nil {
+				t.Fatal(err)
+			}
+			if r := awaitResult(t, readB, expired, "B's Read (A blocked)"); r.err != nil || r.n != 1 {
+				t.Fatalf("B's Read = %d, %v", r.n, r.err)
+			}
+			s := netpoll.Counters(g).Total
+			// Under mode=lt a fd reported ready stays so until read: the
+			// port, armed as A leaves before reading (and as the loop
+			// leaves before B reads), fires at once on that repeat, a
+			// takeover that wakes nobody. Known cost, not yet fixed.
+			takeovers, moved := s.Takeovers-base.Takeovers, netpoll.InlineGen(serverA)-gen
+			if mode != "lt" && takeovers != 1 || takeovers == 0 {
+				t.Errorf("%d takeovers; want 1, at B's byte", takeovers)
+			}
+			if moved != takeovers {
+				t.Errorf("the role word's generation moved %d for %d takeovers", moved, takeovers)
+			}
+			if s.InlineWaits-base.InlineWaits != 1 {
+				t.Errorf("%d parks waited inline; want A's alone", s.InlineWaits-base.InlineWaits)
+			}
+			close(release)
+		})
+	}
+}

@@ -175,7 +175,7 @@ func (p *poller) start() error {
 			if err != nil {
 				return err
 			}
-			p.inline.rc = rc
+			p.inline.rc, p.inline.file = rc, nested
 		}
 	}
 	go func() {
@@ -187,7 +187,7 @@ func (p *poller) start() error {
 		case waitNested:
 			p.runNested(nested)
 		case waitInline:
-			p.runInline(nested)
+			p.runInline()
 		case waitBlock:
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
@@ -207,11 +207,17 @@ func (p *poller) stop() {
 		}
 	}
 	if p.inline != nil {
-		close(p.inline.quit)
+		p.inline.stopWatcher()
 	}
 	<-p.stopped
+	if p.inline != nil {
+		// Closed only now, so that stopWatcher's arm, above, never finds
+		// the epoll fd closed by a loop goroutine that saw the stop
+		// eventfd first.
+		p.inline.file.Close()
+	}
 	if p.nested() {
-		p.epfd = -1 // closed by the os.File in runNested
+		p.epfd = -1 // closed by the os.File in runNested, or just above
 	}
 	p.closeFDs()
 }

@@ -249,7 +249,7 @@ var statTable = func() []stat {
 	gauge("/netpoll/spin/cpu-limit:millicpus", "Adaptive spinning: the process's cgroup CPU limit, 0 for none.", false, func(s *statSource) uint64 { return uint64(s.g.CPULimit*1000 + 0.5) })
 	counter("/netpoll/inline/waits:operations", "wait=inline: parks that waited on the epoll fd themselves.", cInlineWaits)
 	counter("/netpoll/inline/step-asides:operations", "wait=inline: of those, the ones that woke others before their own event came.", cStepAsides)
-	counter("/netpoll/inline/takeovers:calls", "wait=inline: times the poller's goroutine took the role left with operations parked.", cTakeovers)
+	counter("/netpoll/inline/takeovers:calls", "wait=inline: times the role went to the poller's goroutine with operations parked: at the first event while a holder ran other code (the watch port's fire), or called by an operation with a deadline.", cTakeovers)
 	counter("/netpoll/inline/crowd-handoffs:calls", "wait=inline: times a holder gave the role up because a crowd was parked.", cCrowdHandoffs)
 	counter("/netpoll/watch/arms:calls", "wait=inline: times the watch port was armed (EPOLL_CTL_MOD), so that the first event wakes the poller's goroutine.", cWatchArms)
 	counter("/netpoll/watch/disarms:calls", "wait=inline: times the watch port was disarmed (EPOLL_CTL_MOD).", cWatchDisarms)
