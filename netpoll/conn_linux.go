@@ -372,6 +372,9 @@ func (rc rawConn) rawIO(dr *dir, f func(fd uintptr) bool) error {
 	defer d.end(dr)
 	d.exposeRaw()
 	_, err := d.transfer(dr, 0, func() (int, error) {
+		if iw := d.p.inline; iw != nil {
+			iw.settle() // f is the user's: no arm stays owed while it runs (inline_linux.go)
+		}
 		if f(uintptr(d.fd)) {
 			return 0, nil
 		}

@@ -475,6 +475,9 @@ func (d *desc) begin(dr *dir) error {
 }
 
 func (d *desc) end(dr *dir) {
+	if iw := d.p.inline; iw != nil {
+		iw.settle() // an arm of the watch port owed (inline_linux.go)
+	}
 	dr.mu.Unlock()
 	d.decref()
 }
@@ -516,6 +519,11 @@ func (d *desc) transfer(dr *dir, size int, op func() (int, error)) (int, error) 
 			dr.consume()
 		}
 		n, err := op()
+		if iw := d.p.inline; iw != nil {
+			// After the syscall that read what made the role leave
+			// (inline_linux.go, the owed bit).
+			iw.settle()
+		}
 		switch err {
 		case nil:
 			if stream {

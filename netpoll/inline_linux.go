@@ -30,8 +30,18 @@ import (
 //	           the goroutine that set the bit, or its fire is not yet
 //	           taken); whoever clears it in a CAS disarms, unless the fire
 //	           was reported to it
-//	bits 3-31  gen: +1 at each takeover, so that a CAS made on a word
-//	           loaded before a takeover fails (29 bits: ABA needs 2^29
+//	bit  3     owed: the role is out (or called to loop) and the port not
+//	           yet armed; the first goroutine to reach a settle point arms
+//	           it (settle, below). Never set with armed.
+//	bit  4     lost: an epoll_ctl on the watch port failed; the poller's
+//	           goroutine polls the epoll fd for good and every operation
+//	           parks on its channel (lose). Never cleared.
+//	bit  5     passed: a goroutine readied by a poll of the role's current
+//	           holding has gone on (a waiter back from its channel, a
+//	           handler started by an edge: pass); cleared as the role
+//	           changes hands (withRole)
+//	bits 6-31  gen: +1 at each takeover, so that a CAS made on a word
+//	           loaded before a takeover fails (26 bits: ABA needs 2^26
 //	           takeovers between a load and its CAS)
 //	bits 32-63 the count of operations parked on their channels (waiters)
 //
@@ -46,8 +56,8 @@ import (
 //	roleInline  a parking operation is in (or entering) RawRead
 //	roleOut     a holder left with waiters (fewer than inlineCrowd, else
 //	            the role goes to loop): nobody polls the epoll fd, the
-//	            watch port is armed, and the poller's goroutine (the
-//	            watcher) takes the role at the epoll fd's first event
+//	            watch port is armed (or owed), and the poller's goroutine
+//	            (the watcher) takes the role at the epoll fd's first event
 //	            (a takeover), unless an operation parking takes it first;
 //	            the last waiter to leave it makes it vacant
 //	roleVacant  nobody watches and no operation waits
@@ -56,14 +66,49 @@ import (
 // waiters of a word whose role is loop or inline, by moving the role to
 // loop itself (with a deadline, see park), or by moving it out (or, in a
 // crowd, to loop) as it steps aside; every move into roleOut, and every
-// call of the loop, arms the watch port, so a waiter is never left
-// unwatched: the first event on the epoll fd wakes the watcher through the
-// runtime, as it would a reader of package net; the loop goroutine polls
-// the epoll fd only while the role is loop; and whoever enters RawRead, on
-// the epoll fd or on the watch port, polls before it parks, since entering
-// resets the runtime's readiness of the fd and an edge that came while
-// nobody was inside would otherwise be lost (for the port, see
-// watch_linux.go, point 5).
+// call of the loop, arms the watch port or leaves it owed, so an event that
+// arrives while the role is out wakes someone: the first event on the epoll
+// fd wakes the watcher through the runtime, as it would a reader of package
+// net; the loop goroutine polls the epoll fd only while the role is loop;
+// and whoever enters RawRead, on the epoll fd or on the watch port, polls
+// before it parks, since entering resets the runtime's readiness of the fd
+// and an edge that came while nobody was inside would otherwise be lost
+// (for the port, see watch_linux.go, point 5).
+//
+// Why an arm may be owed (mode=lt). Arming re-polls the epoll fd and fires
+// at once if it is ready (watch_linux.go, point 2), and a level-triggered
+// fd stays ready until it is read: a holder that leaves with its own event,
+// or the loop leaving after a poll that woke someone, leaves fds that are
+// ready until the goroutines just woken read them. Armed then, the port
+// fires at once: a takeover that wakes nobody, after which the loop holds
+// the role and the next park waits on its channel, two hops, and the loop
+// leaves again with that reader's fd ready: one such takeover per request.
+// So under mode=lt a holder leaving after a poll that woke someone leaves
+// the arm owed instead, and a goroutine that poll readied arms it at its
+// next settle point: right after the syscall it retries (desc.transfer),
+// before a RawConn callback (rawIO), as the operation ends (desc.end), or,
+// a handler started by an edge, before it runs (serverConn.run). An
+// operation about to park takes the role from out, owed or not, and polls
+// first.
+//
+// The invariant holds through the owed window, because the window opens
+// only when a goroutine is sure to settle after it opened, running only
+// this package's code, at most one syscall, before its settle point, never
+// user code: so it is bounded by a runnable goroutine's syscall, and an
+// event that arrives in it stays in the epoll fd, where the arm finds it
+// and fires, or the parker's first poll does. Who is sure to settle:
+//
+//   - a holder whose own token came (oweSelf) settles itself, after the
+//     CAS that made the arm owed;
+//   - the goroutines a poll readied (oweWoken: the loop, or a holder that
+//     steps aside) may run before the holder's leaving CAS and settle while
+//     nothing is owed yet. Each of them first marks the word passed, in the
+//     CAS by which a waiter leaves its channel (parkChan) or in pass (a
+//     handler started), and the holder leaves the arm owed only if passed
+//     is still clear in its leaving CAS. The CASes on the one word are
+//     ordered: if passed was clear, each goroutine the poll readied makes
+//     its mark, and then settles, after the arm was made owed; if it was
+//     set, the holder arms at once, as in the other modes.
 const (
 	roleLoop uint64 = iota
 	roleInline
@@ -71,8 +116,11 @@ const (
 	roleVacant
 
 	roleMask   uint64 = 3
-	armedBit   uint64 = 4
-	genUnit    uint64 = 8
+	armedBit   uint64 = 1 << 2
+	owedBit    uint64 = 1 << 3
+	lostBit    uint64 = 1 << 4
+	passBit    uint64 = 1 << 5
+	genUnit    uint64 = 1 << 6
 	genMask    uint64 = 1<<32 - genUnit
 	waiterUnit uint64 = 1 << 32
 )
@@ -98,9 +146,10 @@ type inlineWait struct {
 	// polling is set while the holder polls: a token sent meanwhile is seen
 	// by the holder's check after the poll, so it needs no kick.
 	polling atomic.Bool
-	quit    chan struct{}      // closed by stop
-	step    func(uintptr) bool // holderStep, made once: a method value made per park would allocate
-	aside   bool               // the holder steps aside; owned by the holder
+	quit    chan struct{}         // closed by stop
+	lostErr atomic.Pointer[error] // the first failed epoll_ctl on the port (lose)
+	step    func(uintptr) bool    // holderStep, made once: a method value made per park would allocate
+	aside   bool                  // the holder steps aside; owned by the holder
 	// held is the holders' pollStep, passed from one to the next with the
 	// role: the role word's CAS orders one holder's use before the next's.
 	// It spins by the poller's adaptive spinning policy (p.auto), which under
@@ -154,21 +203,30 @@ func inlineParkHook(inline bool) {
 	}
 }
 
-// withRole returns w with its role replaced, gen and waiters kept, and the
-// armed bit set or cleared.
-func withRole(w, role uint64, armed bool) uint64 {
-	w = w&^(roleMask|armedBit) | role
-	if armed {
-		w |= armedBit
-	}
-	return w
+// withRole returns w with its role replaced, gen, lost and waiters kept,
+// passed cleared, and the armed and owed bits replaced by bits (0, armedBit
+// or owedBit).
+func withRole(w, role, bits uint64) uint64 {
+	return w&^(roleMask|armedBit|owedBit|passBit) | role | bits
 }
+
+// owing says who settles the arm a holder leaving under mode=lt may leave
+// owed (see "Why an arm may be owed" above).
+type owing uint8
+
+const (
+	oweNone  owing = iota // nobody: arm now
+	oweSelf               // the holder, whose own token came
+	oweWoken              // the goroutines the holder's last poll readied, unless passed
+)
 
 // armed follows a CAS that set the armed bit: it arms the port if the bit
 // was clear in the word replaced (was).
 func (iw *inlineWait) armed(was uint64) {
 	if was&armedBit == 0 {
-		iw.portCtl(iw.port.arm())
+		if err := iw.port.arm(); err != nil {
+			iw.lose(err)
+		}
 	}
 }
 
@@ -176,18 +234,74 @@ func (iw *inlineWait) armed(was uint64) {
 // the bit was set in the word replaced (was).
 func (iw *inlineWait) disarmed(was uint64) {
 	if was&armedBit != 0 {
-		iw.portCtl(iw.port.disarm())
+		if err := iw.port.disarm(); err != nil {
+			iw.lose(err)
+		}
 	}
 }
 
-// portCtl checks an arm or disarm of the watch port. EPOLL_CTL_MOD of the
-// poller's own epoll fd in its own port fails only if the registration is
-// gone (ENOENT: a broken invariant) or the process is being killed (EINTR);
-// a failed arm would leave waiters unwatched for good.
-func (iw *inlineWait) portCtl(err error) {
-	if err != nil {
-		panic("netpoll: epoll_ctl on the poller's own watch port failed: " + err.Error())
+// pass marks the word passed, then settles: a handler started by an edge
+// (serverConn.run), which, unlike a waiter, made no CAS on the word as it
+// was readied.
+func (iw *inlineWait) pass() {
+	for {
+		w := iw.word.Load()
+		if w&passBit != 0 || iw.word.CompareAndSwap(w, w|passBit) {
+			break
+		}
 	}
+	iw.settle()
+}
+
+// settle arms the port if the arm is owed (see the word's owed bit). It is
+// called at the settle points: after an operation's syscall (desc.transfer),
+// before a RawConn callback (rawIO), as an operation ends (desc.end), and
+// before a handler started by an edge runs (serverConn.run).
+func (iw *inlineWait) settle() {
+	for {
+		w := iw.word.Load()
+		if w&owedBit == 0 {
+			return
+		}
+		if iw.word.CompareAndSwap(w, w&^owedBit|armedBit) {
+			iw.armed(w)
+			return
+		}
+	}
+}
+
+// lose is the fallback after an epoll_ctl on the watch port failed, as a
+// failed epoll_ctl fails a descriptor (poller.fail): EPOLL_CTL_MOD of the
+// poller's own epoll fd in its own port fails only if the registration is
+// gone (ENOENT, a broken invariant) or the kernel is out of memory, and a
+// port that is not armed would leave waiters unwatched. So the role goes to
+// the poller's goroutine for good, as waitNested's loop: the word is marked
+// lost, the role is the loop's unless an operation holds it (which hands it
+// to the loop as it leaves), every operation parks on its channel from now
+// on, and the loop polls the epoll fd and never leaves. The watcher, parked
+// on the port, is woken by a read deadline in the past on the port's file,
+// which needs no epoll_ctl; it then enters the epoll fd's RawRead, which
+// lets it in once a holder still there has left. The first error is kept
+// (InlineWatchLost in the tests).
+func (iw *inlineWait) lose(err error) {
+	iw.lostErr.CompareAndSwap(nil, &err)
+	iw.retire()
+}
+
+// retire marks the word lost and wakes the watcher: lose's part, and stop's,
+// after which nobody arms or disarms the port, closed with the poller.
+func (iw *inlineWait) retire() {
+	for {
+		w := iw.word.Load()
+		next := w&^(armedBit|owedBit) | lostBit
+		if w&roleMask != roleInline {
+			next = withRole(next, roleLoop, 0)
+		}
+		if w == next || iw.word.CompareAndSwap(w, next) {
+			break
+		}
+	}
+	iw.port.wake()
 }
 
 // park waits for dr's wake token, as dir.park does, watching the epoll fd
@@ -196,7 +310,7 @@ func (iw *inlineWait) park(dr *dir) (timedOut bool) {
 	for {
 		w := iw.word.Load()
 		role := w & roleMask
-		if role == roleLoop || role == roleInline {
+		if role == roleLoop || role == roleInline || w&lostBit != 0 {
 			if iw.word.CompareAndSwap(w, w+waiterUnit) {
 				inlineParkHook(false)
 				return iw.parkChan(dr)
@@ -208,7 +322,7 @@ func (iw *inlineWait) park(dr *dir) (timedOut bool) {
 			// an operation with a deadline waits on its channel and
 			// calls the loop goroutine, which enters at the epoll fd's
 			// first event (the port armed).
-			if iw.word.CompareAndSwap(w, withRole(w, roleLoop, true)+waiterUnit) {
+			if iw.word.CompareAndSwap(w, withRole(w, roleLoop, armedBit)+waiterUnit) {
 				iw.armed(w)
 				iw.p.st.inc(cTakeovers)
 				inlineParkHook(false)
@@ -216,7 +330,9 @@ func (iw *inlineWait) park(dr *dir) (timedOut bool) {
 			}
 			continue
 		}
-		if iw.word.CompareAndSwap(w, withRole(w, roleInline, false)) {
+		// Out (armed or owed) or vacant: take the role; the first poll,
+		// in hold, finds what came while nobody polled.
+		if iw.word.CompareAndSwap(w, withRole(w, roleInline, 0)) {
 			iw.disarmed(w)
 			iw.p.st.inc(cInlineWaits)
 			inlineParkHook(true)
@@ -226,7 +342,7 @@ func (iw *inlineWait) park(dr *dir) (timedOut bool) {
 			// Stepped aside: wait on the channel, the role out (or to
 			// the loop goroutine, in a crowd).
 			iw.p.st.inc(cStepAsides)
-			iw.moveOut(waiterUnit)
+			iw.moveOut(waiterUnit, oweWoken)
 			inlineParkHook(false)
 			return iw.parkChan(dr)
 		}
@@ -245,13 +361,14 @@ func (iw *inlineWait) parkChan(dr *dir) bool {
 			// operation to park would wait behind it, two hops). The
 			// port stays armed (the bit kept): a disarm here could land
 			// after a later arm by another goroutine; the next holder
-			// disarms it, or the watcher's idle fire uses it up. A holder
+			// disarms it, or the watcher's idle fire uses it up. An owed
+			// arm is dropped: it was owed to the waiters. A holder
 			// leaves the role out with the waiters it has just woken still
 			// counted.
-			next = withRole(next, roleVacant, next&armedBit != 0)
+			next = withRole(next, roleVacant, next&armedBit)
 		}
-		if iw.word.CompareAndSwap(w, next) {
-			if next < waiterUnit && next&roleMask == roleLoop {
+		if iw.word.CompareAndSwap(w, next|passBit) {
+			if next < waiterUnit && next&roleMask == roleLoop && next&lostBit == 0 {
 				// The last waiter of the loop, which may be parked
 				// in RawRead with nobody to watch for: kicked, it polls
 				// and leaves (runInline), and the next operation to park
@@ -281,7 +398,7 @@ func (iw *inlineWait) hold(dr *dir) (stepAside bool) {
 	if iw.aside {
 		return true
 	}
-	iw.leave()
+	iw.leave(oweSelf) // its own token came: the holder itself settles an owed arm
 	return false
 }
 
@@ -318,14 +435,15 @@ func (iw *inlineWait) holderStep(uintptr) bool {
 
 // leave gives the role up: vacant when nobody waits, else as moveOut does.
 // Only the role's holder (an operation or the loop goroutine) calls it.
-func (iw *inlineWait) leave() {
+// owe says who would settle an arm left owed (see owing).
+func (iw *inlineWait) leave(owe owing) {
 	for {
 		w := iw.word.Load()
-		if w >= waiterUnit {
-			iw.moveOut(0)
+		if w >= waiterUnit || w&lostBit != 0 {
+			iw.moveOut(0, owe)
 			return
 		}
-		if iw.word.CompareAndSwap(w, withRole(w, roleVacant, w&armedBit != 0)) {
+		if iw.word.CompareAndSwap(w, withRole(w, roleVacant, w&armedBit)) {
 			return
 		}
 	}
@@ -334,17 +452,28 @@ func (iw *inlineWait) leave() {
 // moveOut gives the role up with operations parked, adding add (0 or one
 // waiterUnit: the caller itself) to their count: out with the watch port
 // armed, or, in a crowd (inlineCrowd waiters or more), to the loop
-// goroutine, which enters the epoll fd at its first event.
-func (iw *inlineWait) moveOut(add uint64) {
+// goroutine, which enters the epoll fd at its first event. Under mode=lt
+// the arm is left owed instead when owe says someone is sure to settle it.
+// Once the port is lost, the role goes to the loop, which polls for good.
+func (iw *inlineWait) moveOut(add uint64, owe owing) {
 	for {
 		w := iw.word.Load()
-		role := roleOut
+		role, bits := roleOut, armedBit
 		if (w+add)/waiterUnit >= inlineCrowd {
 			role = roleLoop
 		}
-		if iw.word.CompareAndSwap(w, withRole(w, role, true)+add) {
-			iw.armed(w)
-			if role == roleLoop {
+		switch {
+		case w&lostBit != 0:
+			role, bits = roleLoop, 0
+		case w&armedBit == 0 && iw.p.mode == levelTriggered &&
+			(owe == oweSelf || owe == oweWoken && w&passBit == 0):
+			bits = owedBit
+		}
+		if iw.word.CompareAndSwap(w, withRole(w, role, bits)+add) {
+			if bits == armedBit {
+				iw.armed(w)
+			}
+			if role == roleLoop && w&lostBit == 0 {
 				iw.p.st.inc(cCrowdHandoffs)
 			}
 			return
@@ -387,14 +516,14 @@ func (iw *inlineWait) watch() bool {
 				case roleOut:
 					// The fire was reported to us: the port is quiet,
 					// so the bit clears without a disarm.
-					if iw.word.CompareAndSwap(w, withRole(w, roleLoop, false)+genUnit) {
+					if iw.word.CompareAndSwap(w, withRole(w, roleLoop, 0)+genUnit) {
 						iw.p.st.inc(cTakeovers)
 						took = true
 						return true
 					}
 					continue
 				case roleLoop: // called (see the roles above)
-					if iw.word.CompareAndSwap(w, withRole(w, roleLoop, false)) {
+					if iw.word.CompareAndSwap(w, withRole(w, roleLoop, 0)) {
 						took = true
 						return true
 					}
@@ -415,6 +544,16 @@ func (iw *inlineWait) watch() bool {
 		}
 	})
 	if err != nil {
+		// The port's read deadline, set by retire: stopped, or the
+		// port lost and the role the loop's for good.
+		select {
+		case <-iw.quit:
+			return false
+		default:
+		}
+		if iw.word.Load()&lostBit != 0 {
+			return true
+		}
 		panic("netpoll: RawConn.Read on our own watch port failed: " + err.Error())
 	}
 	return took
@@ -427,7 +566,7 @@ func (iw *inlineWait) watch() bool {
 func (p *poller) runInline() {
 	iw := p.inline
 	s := pollStep{p: p}
-	stopped := false
+	stopped, owe := false, oweNone
 	step := func(uintptr) bool {
 		for {
 			n, woke, stop := s.poll(0)
@@ -437,8 +576,14 @@ func (p *poller) runInline() {
 			}
 			// Leave after a poll that woke someone, unless a crowd
 			// waits, or when nobody waits (after a takeover whose
-			// waiters left meanwhile): the loop watches for waiters only.
-			if waiters := iw.word.Load() / waiterUnit; woke > 0 && waiters < inlineCrowd || waiters == 0 {
+			// waiters left meanwhile): the loop watches for waiters
+			// only. Never once the port is lost.
+			w := iw.word.Load()
+			if waiters := w / waiterUnit; w&lostBit == 0 && (woke > 0 && waiters < inlineCrowd || waiters == 0) {
+				owe = oweNone
+				if woke > 0 {
+					owe = oweWoken
+				}
 				return true
 			}
 			if !s.next(n, woke) {
@@ -456,14 +601,15 @@ func (p *poller) runInline() {
 		if stopped {
 			return
 		}
-		iw.leave()
+		iw.leave(owe)
 	}
 }
 
-// stopWatcher wakes the watcher to see quit closed: the stop eventfd,
-// level-triggered and written, keeps the epoll fd ready, so the arm fires
-// at once.
+// stopWatcher makes the watcher return: quit closed, the word retired so
+// that nobody arms or disarms the port from now on, and the watcher woken by
+// the port's read deadline. A loop goroutine in the epoll fd's RawRead sees
+// the stop eventfd instead.
 func (iw *inlineWait) stopWatcher() {
 	close(iw.quit)
-	iw.portCtl(iw.port.arm())
+	iw.retire()
 }

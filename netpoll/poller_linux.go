@@ -211,9 +211,9 @@ func (p *poller) stop() {
 	}
 	<-p.stopped
 	if p.inline != nil {
-		// Closed only now, so that stopWatcher's arm, above, never finds
-		// the epoll fd closed by a loop goroutine that saw the stop
-		// eventfd first.
+		// Closed only once the loop has returned: the operations that
+		// hold the role share the file's RawConn with the loop
+		// goroutine, so no one of them owns it.
 		p.inline.file.Close()
 	}
 	if p.nested() {

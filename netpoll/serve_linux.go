@@ -94,6 +94,12 @@ func (s *Server) serve(c net.Conn) {
 // connection off when there is none, or finishes it. check: ask the socket
 // before the first call (an edge started it, and edges may be stale).
 func (sc *serverConn) run(check bool) {
+	if d := sc.desc(); d != nil && d.p.inline != nil {
+		// Started by an edge, it may be what a waitInline holder's poll
+		// readied as it left the role: an arm owed is paid before the
+		// handler, the user's code, runs (inline_linux.go).
+		d.p.inline.pass()
+	}
 	pprof.SetGoroutineLabels(handlerLabels)
 	returned := false
 	for !sc.desc().closing() && !sc.s.closed.Load() {

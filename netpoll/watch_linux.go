@@ -3,6 +3,7 @@ package netpoll
 import (
 	"os"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -108,6 +109,13 @@ func (w *watchPort) fired() bool {
 		}
 		return n > 0
 	}
+}
+
+// wake makes the goroutine parked in the port's RawRead return, with
+// os.ErrDeadlineExceeded, and every later RawRead on it at once: a read
+// deadline in the past, which needs no epoll_ctl (inlineWait.retire).
+func (w *watchPort) wake() {
+	w.f.SetReadDeadline(time.Unix(1, 0)) // fails only once closed: nobody is parked then
 }
 
 // close closes the port; the goroutine parked in its RawRead, if any,
