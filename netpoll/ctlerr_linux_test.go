@@ -529,3 +529,115 @@ func TestCtlServeRearmFails(t *testing.T) {
 	}
 	sl.check(t)
 }
+
+// TestCtlWatchArmFails fails the EPOLL_CTL_MOD that arms a wait=inline
+// poller's watch port as a holder leaves with its own event and a waiter
+// behind it (the holder then blocks outside netpoll, as a handler on a
+// mutex). The poller must fall back, not panic and not strand the waiter:
+// the role goes to the poller's goroutine for good, which wakes the waiter
+// at its byte with no takeover (the port never fired), and every later
+// park waits on its channel with nothing armed again (one failed arm in
+// all). The error is kept as the package keeps a failed epoll_ctl's.
+// With the failure ignored the waiter's Read waited for the holder.
+func TestCtlWatchArmFails(t *testing.T) {
+	for _, mode := range modes {
+		t.Run("mode="+mode, func(t *testing.T) {
+			g := newGroup(t, cfgOf(t, "mode="+mode+",wait=inline"))
+			l := listen(t, g, "tcp")
+			clientA, serverA := pipe(t, g, l)
+			clientB, serverB := pipe(t, g, l)
+			done, expired := watchdog(t, time.Minute)
+			defer done()
+			if !netpoll.AwaitInlineRole(serverA, "vacant", expired) {
+				t.Fatal("the role stayed taken after the setup")
+			}
+			base := netpoll.Counters(g).Total
+
+			readA, release := make(chan ioResult, 1), make(chan struct{})
+			defer close(release)
+			if !awaitInlinePark(t, "A's Read", func() {
+				go func() {
+					b := make([]byte, 8)
+					n, err := serverA.Read(b)
+					readA <- ioResult{n, err}
+					<-release
+				}()
+			}) {
+				t.Fatal("A's Read waited on its channel with nobody holding the role; want it inline")
+			}
+			readB := make(chan ioResult, 1)
+			read := func() {
+				b := make([]byte, 8)
+				n, err := serverB.Read(b)
+				readB <- ioResult{n, err}
+			}
+			if awaitInlinePark(t, "B's Read", func() { go read() }) {
+				t.Fatal("B's Read waited inline while A's held the role")
+			}
+
+			port := netpoll.WatchPortFD(serverA)
+			var faults atomic.Int32
+			restore := netpoll.SetCtlFault(func(epfd, op, _ int, events uint32) unix.Errno {
+				if epfd == port && op == unix.EPOLL_CTL_MOD && events != 0 {
+					faults.Add(1)
+					return unix.ENOENT
+				}
+				return 0
+			})
+			if _, err := clientA.Write([]byte{1}); err != nil {
+				restore()
+				t.Fatal(err)
+			}
+			r := awaitResult(t, readA, expired, "A's Read")
+			lostWhileHeld := await(expired, func() bool { return netpoll.InlineWatchLost(serverA) != nil })
+			// B's byte: served while A is blocked, by the poller's goroutine.
+			if _, err := clientB.Write([]byte{2}); err != nil {
+				restore()
+				t.Fatal(err)
+			}
+			rb := awaitResult(t, readB, expired, "B's Read (A blocked, the port lost)")
+			restore()
+			if r.err != nil || r.n != 1 || rb.err != nil || rb.n != 1 {
+				t.Fatalf("A's Read = %d, %v; B's = %d, %v", r.n, r.err, rb.n, rb.err)
+			}
+			if !lostWhileHeld {
+				t.Fatal("the failed arm was not kept")
+			}
+			wantSyscallErr(t, netpoll.InlineWatchLost(serverA), syscall.ENOENT)
+			if n := faults.Load(); n != 1 {
+				t.Errorf("%d failed arms; want 1: nothing arms the port once it is lost", n)
+			}
+			if !netpoll.AwaitInlineRole(serverA, "loop", expired) {
+				t.Fatal("the role is not the loop's after the port was lost")
+			}
+
+			// From now on every park waits on its channel, the loop polling.
+			if awaitInlinePark(t, "B's second Read", func() { go read() }) {
+				t.Fatal("a Read waited inline after the port was lost")
+			}
+			if _, err := clientB.Write([]byte{3}); err != nil {
+				t.Fatal(err)
+			}
+			if rb := awaitResult(t, readB, expired, "B's second Read"); rb.err != nil || rb.n != 1 {
+				t.Fatalf("B's second Read = %d, %v", rb.n, rb.err)
+			}
+			s := netpoll.Counters(g).Total
+			if n := s.Takeovers - base.Takeovers; n != 0 {
+				t.Errorf("%d takeovers; want none: the port never fired", n)
+			}
+			if n := s.InlineWaits - base.InlineWaits; n != 1 {
+				t.Errorf("%d parks waited inline; want A's alone", n)
+			}
+		})
+	}
+}
+
+// wantSyscallErr checks that err is an *os.SyscallError naming epoll_ctl
+// that wraps errno.
+func wantSyscallErr(t *testing.T, err error, errno syscall.Errno) {
+	t.Helper()
+	var se *os.SyscallError
+	if !errors.As(err, &se) || se.Syscall != "epoll_ctl" || !errors.Is(err, errno) {
+		t.Errorf("err = %v (%T), want an *os.SyscallError naming epoll_ctl wrapping %v", err, err, errno)
+	}
+}

@@ -279,3 +279,15 @@ func Counters(g *Group) GroupStats { return g.counters() }
 // InlineGen returns the generation in the WaitInline role word of c's
 // poller: how many times the watcher took the role out.
 func InlineGen(c any) uint64 { return descOf(c).p.inline.word.Load() & genMask / genUnit }
+
+// WatchPortFD returns the fd of the watch port of c's poller (wait=inline).
+func WatchPortFD(c any) int { return descOf(c).p.inline.port.fd }
+
+// InlineWatchLost returns the epoll_ctl error that made c's poller give up
+// its watch port (inlineWait.lose), nil while it has not.
+func InlineWatchLost(c any) error {
+	if err := descOf(c).p.inline.lostErr.Load(); err != nil {
+		return *err
+	}
+	return nil
+}

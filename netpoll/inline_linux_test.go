@@ -14,8 +14,8 @@ import (
 // reader parks once per request and waits on the epoll fd itself (the
 // runtime readies it: one hop), not on its channel behind the poller's
 // goroutine. The only parks that do not wait inline come after the role
-// went to the poller's goroutine (Takeovers: the reader took longer than
-// inlineHandoff to park again), and nobody steps aside, since the holder's
+// went to the poller's goroutine (Takeovers: the next request came before
+// the reader parked again, firing the watch port), and nobody steps aside, since the holder's
 // polls find only its own events. On wait=nested every park waits on its
 // channel (InlineWaits 0): this test fails there. Every request parks
 // (pingPongParked).
@@ -64,9 +64,9 @@ func TestInlineOneHop(t *testing.T) {
 
 // TestInlineTakeover: a holder that leaves with its own event and then
 // does not park again (its handler blocks elsewhere) must not strand the
-// operations parked on their channels: within inlineHandoff the role goes
-// to the poller's goroutine, which wakes them. Without the timer the second
-// Read below would wait for good.
+// operations parked on their channels: at the first event the watch port
+// fires and the role goes to the poller's goroutine, which wakes them.
+// Without the port the second Read below would wait for good.
 func TestInlineTakeover(t *testing.T) {
 	for _, mode := range modes {
 		t.Run("mode="+mode, func(t *testing.T) {
@@ -123,10 +123,9 @@ func TestInlineTakeover(t *testing.T) {
 // TestInlineCrowd: a holder that leaves with its own event while
 // InlineCrowd operations or more wait on their channels gives the role to
 // the poller's goroutine at once, which keeps it while it wakes them: the
-// waiters are never left unwatched, so no timer is needed to wake them
-// (no takeover), unlike the two operations of TestInlineTakeover. Without
-// the crowd rule the role goes out and the waiter's wakeup waits for the
-// timer's takeover.
+// waiters never wait for a takeover (none is counted), unlike the two
+// operations of TestInlineTakeover. Without the crowd rule the role goes
+// out and the waiter's wakeup is a takeover.
 func TestInlineCrowd(t *testing.T) {
 	const waiters = netpoll.InlineCrowd + 1
 	for _, mode := range modes {
