@@ -63,9 +63,9 @@ import (
 //	roleVacant  nobody watches and no operation waits
 //
 // Invariants: an operation parks on its channel only by adding itself to the
-// waiters of a word whose role is loop or inline, by moving the role to
-// loop itself (with a deadline, see park), or by moving it out (or, in a
-// crowd, to loop) as it steps aside; every move into roleOut, and every
+// waiters of a word whose role is loop or inline (or that is lost), by
+// moving the role to loop itself (with a deadline, see park), or by moving
+// it out (or, in a crowd, to loop) as it steps aside; every move into roleOut, and every
 // call of the loop, arms the watch port or leaves it owed, so an event that
 // arrives while the role is out wakes someone: the first event on the epoll
 // fd wakes the watcher through the runtime, as it would a reader of package
