@@ -508,8 +508,8 @@ func (iw *inlineWait) kick() {
 // operation parking, or vacant) is an idle fire: the watcher waits again.
 func (iw *inlineWait) watch() bool {
 	took := false
-	err := iw.port.rc.Read(func(uintptr) bool {
-		if iw.port.fired() {
+	err := iw.port.rc.Read(func(fd uintptr) bool {
+		if iw.port.fired(fd) {
 			for {
 				w := iw.word.Load()
 				switch w & roleMask {

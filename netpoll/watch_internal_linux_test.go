@@ -54,9 +54,10 @@ func (r *watchRig) close() {
 	if r.w != nil {
 		r.w.close()
 	}
-	for _, fd := range []int{r.mirror, r.evfd, r.p.epfd} {
-		if fd >= 0 {
-			unix.Close(fd)
+	for _, fd := range []*int{&r.mirror, &r.evfd, &r.p.epfd} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
 		}
 	}
 }
@@ -109,7 +110,7 @@ func (r *watchRig) wantEdge(what string, want bool) {
 // wantFired checks what the poll-first poll of the port (fired) returns.
 func (r *watchRig) wantFired(what string, want bool) {
 	r.t.Helper()
-	if got := r.w.fired(); got != want {
+	if got := r.w.fired(uintptr(r.w.fd)); got != want {
 		r.t.Errorf("%s: epoll_wait(port, 0) fired: %v, want %v", what, got, want)
 	}
 }
@@ -204,7 +205,7 @@ func TestWatchPort(t *testing.T) {
 			n := 0
 			watcher <- r.w.rc.Read(func(uintptr) bool {
 				n++
-				if r.w.fired() {
+				if r.w.fired(uintptr(r.w.fd)) {
 					calls <- n
 					return true
 				}
@@ -256,4 +257,54 @@ func TestWatchPort(t *testing.T) {
 			t.Errorf("the watcher's callback ran %d times; want 2 (the poll on entry, the fire)", n)
 		}
 	})
+}
+
+// TestWatchPortCloseRacesArms races arm and disarm, as goroutines whose CAS
+// on the role word came just before stop retired it make them, against the
+// port's close, many times: no arm or disarm fails (an epoll_ctl on the
+// closed fd would fail with EBADF, or reach whatever the fd's number was
+// reused for), none is made once close has returned (the arm and disarm
+// counts stand still), and under -race nothing races.
+func TestWatchPortCloseRacesArms(t *testing.T) {
+	const rounds, racers = 200, 4
+	for round := range rounds {
+		r := newWatchRig(t)
+		w := r.w
+		start := make(chan struct{})
+		errs := make(chan error, racers)
+		for i := range racers {
+			go func() {
+				<-start
+				var err error
+				for j := 0; j < 8 && err == nil; j++ {
+					if (i+j)%2 == 0 {
+						err = w.arm()
+					} else {
+						err = w.disarm()
+					}
+				}
+				errs <- err
+			}()
+		}
+		close(start)
+		w.close()
+		calls := w.p.st.c[cWatchArms-numOpCounters].Load() + w.p.st.c[cWatchDisarms-numOpCounters].Load()
+		for range racers {
+			select {
+			case err := <-errs:
+				if err != nil {
+					t.Fatalf("round %d: an arm or disarm racing close failed: %v", round, err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("round %d: a racer is stuck", round)
+			}
+		}
+		if got := w.p.st.c[cWatchArms-numOpCounters].Load() + w.p.st.c[cWatchDisarms-numOpCounters].Load(); got != calls {
+			t.Fatalf("round %d: %d arms and disarms made after close returned", round, got-calls)
+		}
+		if err := w.arm(); err != nil {
+			t.Fatalf("round %d: an arm after close: %v, want nothing done", round, err)
+		}
+		r.close()
+	}
 }

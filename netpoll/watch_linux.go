@@ -2,6 +2,7 @@ package netpoll
 
 import (
 	"os"
+	"sync"
 	"syscall"
 	"time"
 
@@ -35,9 +36,18 @@ import (
 //     their own registration.
 type watchPort struct {
 	p  *poller
-	fd int
+	fd int      // set once by newWatchPort, never written again
 	f  *os.File // registers fd with the runtime's netpoller; closing it closes fd
 	rc syscall.RawConn
+	// mu orders close after every arm and disarm in flight: a goroutine
+	// whose CAS on the role word set or cleared the armed bit just before
+	// stop retired the word still makes its epoll_ctl, and that must not
+	// reach a closed fd, whose number the process may have reused. arm and
+	// disarm hold it shared and do nothing once closed is set; close holds
+	// it exclusively. Readers never wait on each other, so the role word's
+	// hot path pays one atomic add each way.
+	mu     sync.RWMutex
+	closed bool // under mu
 	// ev is fired's buffer: only the goroutine inside the port's RawRead
 	// polls the port.
 	ev [1]unix.EpollEvent
@@ -65,14 +75,20 @@ func newWatchPort(p *poller) (_ *watchPort, err error) {
 	w := &watchPort{p: p, fd: fd, f: os.NewFile(uintptr(fd), "netpoll-watch")}
 	if w.rc, err = w.f.SyscallConn(); err != nil {
 		w.f.Close()
-		w.fd = -1
 		return nil, err
 	}
 	return w, nil
 }
 
 // arm makes the port fire at E1's next event, or at once if E1 has one.
+// Once the port is closed it does nothing: stop retired the role word
+// first, so nobody is left to wake.
 func (w *watchPort) arm() error {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if w.closed {
+		return nil
+	}
 	w.p.st.inc(cWatchArms)
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLONESHOT, Fd: int32(w.p.epfd)}
 	if err := epollCtl(w.fd, unix.EPOLL_CTL_MOD, w.p.epfd, &ev); err != nil {
@@ -82,8 +98,14 @@ func (w *watchPort) arm() error {
 }
 
 // disarm makes E1's events reach nobody through the port. A fire already
-// on the port's ready list is dropped with it.
+// on the port's ready list is dropped with it. Once the port is closed it
+// does nothing, as arm.
 func (w *watchPort) disarm() error {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if w.closed {
+		return nil
+	}
 	w.p.st.inc(cWatchDisarms)
 	ev := unix.EpollEvent{Fd: int32(w.p.epfd)}
 	if err := epollCtl(w.fd, unix.EPOLL_CTL_MOD, w.p.epfd, &ev); err != nil {
@@ -97,10 +119,11 @@ func (w *watchPort) disarm() error {
 // until the next arm. The kernel polls E1 again as it reports, so a fire is
 // reported only while E1 still has an event: one that somebody polling E1
 // has taken meanwhile is not. Only the goroutine in the port's RawRead
-// calls it.
-func (w *watchPort) fired() bool {
+// calls it, with the fd its callback was given: while the callback runs,
+// the os.File keeps the fd open even if close has begun.
+func (w *watchPort) fired(fd uintptr) bool {
 	for {
-		n, err := unix.EpollWait(w.fd, w.ev[:], 0)
+		n, err := unix.EpollWait(int(fd), w.ev[:], 0)
 		if err == unix.EINTR {
 			continue
 		}
@@ -118,11 +141,16 @@ func (w *watchPort) wake() {
 	w.f.SetReadDeadline(time.Unix(1, 0)) // fails only once closed: nobody is parked then
 }
 
-// close closes the port; the goroutine parked in its RawRead, if any,
-// returns with an error.
+// close closes the port once every arm and disarm in flight is done (see
+// mu); later ones do nothing. The goroutine parked in its RawRead, if any,
+// returns with an error. f is kept, closed, so that a late wake (lose on
+// a goroutine still leaving) finds a file whose SetReadDeadline fails
+// harmlessly.
 func (w *watchPort) close() {
-	if w.f != nil {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.closed {
+		w.closed = true
 		w.f.Close()
-		w.f, w.fd = nil, -1
 	}
 }
