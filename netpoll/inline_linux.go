@@ -246,7 +246,7 @@ func (iw *inlineWait) disarmed(was uint64) {
 func (iw *inlineWait) pass() {
 	for {
 		w := iw.word.Load()
-		if w&passBit != 0 || iw.word.CompareAndSwap(w, w|passBit) {
+		if w&passBit != 0 || iw.word.CompareAndSwap(w, passNext(w)) {
 			break
 		}
 	}
@@ -260,14 +260,118 @@ func (iw *inlineWait) pass() {
 func (iw *inlineWait) settle() {
 	for {
 		w := iw.word.Load()
-		if w&owedBit == 0 {
+		next, ok := settleNext(w)
+		if !ok {
 			return
 		}
-		if iw.word.CompareAndSwap(w, w&^owedBit|armedBit) {
+		if iw.word.CompareAndSwap(w, next) {
 			iw.armed(w)
 			return
 		}
 	}
+}
+
+// The word's transitions, as pure functions of the word loaded: the CAS
+// loops above and below call them, and FuzzInlineRole drives them through
+// interleavings of the goroutines that call them. Each returns the word
+// to CAS in, and what the caller does once its CAS succeeded.
+
+// settleNext: an owed arm becomes armed (ok), which the caller makes.
+func settleNext(w uint64) (next uint64, ok bool) {
+	if w&owedBit == 0 {
+		return w, false
+	}
+	return w&^owedBit | armedBit, true
+}
+
+// passNext marks the word passed (pass).
+func passNext(w uint64) uint64 { return w | passBit }
+
+// retireNext marks the word lost, never armed or owed again, the role the
+// loop's unless an operation holds it (retire).
+func retireNext(w uint64) uint64 {
+	next := w&^(armedBit|owedBit) | lostBit
+	if w&roleMask != roleInline {
+		next = withRole(next, roleLoop, 0)
+	}
+	return next
+}
+
+// parkHow is what an operation about to park does (park).
+type parkHow uint8
+
+const (
+	parkWaiter parkHow = iota // wait on its channel, counted
+	parkCall                  // call the loop (armed), then wait on its channel
+	parkHold                  // take the role and poll the epoll fd
+)
+
+// parkNext is park's transition for an operation with a deadline or not.
+// After parkCall the caller arms if the armed bit was clear in w; after
+// parkHold it disarms if it was set.
+func parkNext(w uint64, deadline bool) (uint64, parkHow) {
+	role := w & roleMask
+	switch {
+	case role == roleLoop || role == roleInline || w&lostBit != 0:
+		return w + waiterUnit, parkWaiter
+	case deadline:
+		return withRole(w, roleLoop, armedBit) + waiterUnit, parkCall
+	}
+	return withRole(w, roleInline, 0), parkHold
+}
+
+// chanLeaveNext is parkChan's transition as a waiter leaves its channel:
+// kick says the caller kicks the loop, left with nobody to watch for.
+func chanLeaveNext(w uint64) (next uint64, kick bool) {
+	next = w - waiterUnit
+	if next < waiterUnit && next&roleMask == roleOut {
+		next = withRole(next, roleVacant, next&armedBit)
+	}
+	kick = next < waiterUnit && next&roleMask == roleLoop && next&lostBit == 0
+	return next | passBit, kick
+}
+
+// moveOutNext is moveOut's transition (lt: the poller is level-triggered).
+// arm: the caller arms if the armed bit was clear in w; crowd: the role
+// went to the loop for a crowd.
+func moveOutNext(w, add uint64, lt bool, owe owing) (next uint64, arm, crowd bool) {
+	role, bits := roleOut, armedBit
+	if (w+add)/waiterUnit >= inlineCrowd {
+		role = roleLoop
+	}
+	switch {
+	case w&lostBit != 0:
+		role, bits = roleLoop, 0
+	case w&armedBit == 0 && lt &&
+		(owe == oweSelf || owe == oweWoken && w&passBit == 0):
+		bits = owedBit
+	}
+	return withRole(w, role, bits) + add, bits == armedBit, role == roleLoop && w&lostBit == 0
+}
+
+// leaveNext is leave's transition: vacant when nobody waits, else as
+// moveOutNext with nobody added.
+func leaveNext(w uint64, lt bool, owe owing) (next uint64, arm, crowd bool) {
+	if w >= waiterUnit || w&lostBit != 0 {
+		return moveOutNext(w, 0, lt, owe)
+	}
+	return withRole(w, roleVacant, w&armedBit), false, false
+}
+
+// fireNext is the watcher's transition after the port reported a fire:
+// took, the watcher holds the role (takeover: it took it from out, one
+// generation on); else an idle fire, whose armed bit is cleared (the
+// fire used the arm up) and whose CAS the caller skips if next == w.
+func fireNext(w uint64) (next uint64, took, takeover bool) {
+	switch w & roleMask {
+	case roleOut:
+		// The fire was reported to us: the port is quiet, so the bit
+		// clears without a disarm.
+		return withRole(w, roleLoop, 0) + genUnit, true, true
+	case roleLoop: // called (see the roles above)
+		return withRole(w, roleLoop, 0), true, false
+	}
+	return w &^ armedBit, false, false
 }
 
 // lose is the fallback after an epoll_ctl on the watch port failed, as a
@@ -293,10 +397,7 @@ func (iw *inlineWait) lose(err error) {
 func (iw *inlineWait) retire() {
 	for {
 		w := iw.word.Load()
-		next := w&^(armedBit|owedBit) | lostBit
-		if w&roleMask != roleInline {
-			next = withRole(next, roleLoop, 0)
-		}
+		next := retireNext(w)
 		if w == next || iw.word.CompareAndSwap(w, next) {
 			break
 		}
@@ -308,71 +409,60 @@ func (iw *inlineWait) retire() {
 // itself when nobody else does.
 func (iw *inlineWait) park(dr *dir) (timedOut bool) {
 	for {
+		// The holder parks in RawRead without a timer of its own: an
+		// operation with a deadline waits on its channel and calls the
+		// loop goroutine, which enters at the epoll fd's first event (the
+		// port armed). Out (armed or owed) or vacant, one without takes
+		// the role; the first poll, in hold, finds what came while nobody
+		// polled.
 		w := iw.word.Load()
-		role := w & roleMask
-		if role == roleLoop || role == roleInline || w&lostBit != 0 {
-			if iw.word.CompareAndSwap(w, w+waiterUnit) {
-				inlineParkHook(false)
-				return iw.parkChan(dr)
-			}
-			continue
-		}
-		if dr.deadline.Load() != 0 {
-			// The holder parks in RawRead without a timer of its own:
-			// an operation with a deadline waits on its channel and
-			// calls the loop goroutine, which enters at the epoll fd's
-			// first event (the port armed).
-			if iw.word.CompareAndSwap(w, withRole(w, roleLoop, armedBit)+waiterUnit) {
-				iw.armed(w)
-				iw.p.st.inc(cTakeovers)
-				inlineParkHook(false)
-				return iw.parkChan(dr)
-			}
-			continue
-		}
-		// Out (armed or owed) or vacant: take the role; the first poll,
-		// in hold, finds what came while nobody polled.
-		if iw.word.CompareAndSwap(w, withRole(w, roleInline, 0)) {
-			iw.disarmed(w)
-			iw.p.st.inc(cInlineWaits)
-			inlineParkHook(true)
-			if !iw.hold(dr) {
-				return false
-			}
-			// Stepped aside: wait on the channel, the role out (or to
-			// the loop goroutine, in a crowd).
-			iw.p.st.inc(cStepAsides)
-			iw.moveOut(waiterUnit, oweWoken)
-			inlineParkHook(false)
-			return iw.parkChan(dr)
+		next, how := parkNext(w, dr.deadline.Load() != 0)
+		if iw.word.CompareAndSwap(w, next) {
+			return iw.parked(dr, w, how)
 		}
 	}
 }
 
+// parked follows park's CAS from w: it waits as how says.
+func (iw *inlineWait) parked(dr *dir, w uint64, how parkHow) (timedOut bool) {
+	switch how {
+	case parkCall:
+		iw.armed(w)
+		iw.p.st.inc(cTakeovers)
+	case parkHold:
+		iw.disarmed(w)
+		iw.p.st.inc(cInlineWaits)
+		inlineParkHook(true)
+		if !iw.hold(dr) {
+			return false
+		}
+		// Stepped aside: wait on the channel, the role out (or to the
+		// loop goroutine, in a crowd).
+		iw.p.st.inc(cStepAsides)
+		iw.moveOut(waiterUnit, oweWoken)
+	}
+	inlineParkHook(false)
+	return iw.parkChan(dr)
+}
+
 func (iw *inlineWait) parkChan(dr *dir) bool {
 	t := dr.park()
+	// The last waiter of a role out leaves it vacant: nobody is left to
+	// watch for (else the watcher would take, at the next event, a role
+	// with nobody to wake, and the next operation to park would wait
+	// behind it, two hops). The port stays armed (the bit kept): a disarm
+	// here could land after a later arm by another goroutine; the next
+	// holder disarms it, or the watcher's idle fire uses it up. An owed
+	// arm is dropped: it was owed to the waiters. A holder leaves the role
+	// out with the waiters it has just woken still counted. The last
+	// waiter of the loop, which may be parked in RawRead with nobody to
+	// watch for, kicks it: it polls and leaves (runInline), and the next
+	// operation to park waits inline.
 	for {
 		w := iw.word.Load()
-		next := w - waiterUnit
-		if next < waiterUnit && next&roleMask == roleOut {
-			// The last waiter of a role out: nobody is left to watch
-			// for, so the role is vacant (else the watcher would take,
-			// at the next event, a role with nobody to wake, and the next
-			// operation to park would wait behind it, two hops). The
-			// port stays armed (the bit kept): a disarm here could land
-			// after a later arm by another goroutine; the next holder
-			// disarms it, or the watcher's idle fire uses it up. An owed
-			// arm is dropped: it was owed to the waiters. A holder
-			// leaves the role out with the waiters it has just woken still
-			// counted.
-			next = withRole(next, roleVacant, next&armedBit)
-		}
-		if iw.word.CompareAndSwap(w, next|passBit) {
-			if next < waiterUnit && next&roleMask == roleLoop && next&lostBit == 0 {
-				// The last waiter of the loop, which may be parked
-				// in RawRead with nobody to watch for: kicked, it polls
-				// and leaves (runInline), and the next operation to park
-				// waits inline.
+		next, kick := chanLeaveNext(w)
+		if iw.word.CompareAndSwap(w, next) {
+			if kick {
 				iw.kick()
 			}
 			return t
@@ -437,16 +527,7 @@ func (iw *inlineWait) holderStep(uintptr) bool {
 // Only the role's holder (an operation or the loop goroutine) calls it.
 // owe says who would settle an arm left owed (see owing).
 func (iw *inlineWait) leave(owe owing) {
-	for {
-		w := iw.word.Load()
-		if w >= waiterUnit || w&lostBit != 0 {
-			iw.moveOut(0, owe)
-			return
-		}
-		if iw.word.CompareAndSwap(w, withRole(w, roleVacant, w&armedBit)) {
-			return
-		}
-	}
+	iw.give(func(w uint64) (uint64, bool, bool) { return leaveNext(w, iw.p.mode == levelTriggered, owe) })
 }
 
 // moveOut gives the role up with operations parked, adding add (0 or one
@@ -456,24 +537,19 @@ func (iw *inlineWait) leave(owe owing) {
 // the arm is left owed instead when owe says someone is sure to settle it.
 // Once the port is lost, the role goes to the loop, which polls for good.
 func (iw *inlineWait) moveOut(add uint64, owe owing) {
+	iw.give(func(w uint64) (uint64, bool, bool) { return moveOutNext(w, add, iw.p.mode == levelTriggered, owe) })
+}
+
+// give runs leave's and moveOut's CAS loop with their transition.
+func (iw *inlineWait) give(next func(uint64) (next uint64, arm, crowd bool)) {
 	for {
 		w := iw.word.Load()
-		role, bits := roleOut, armedBit
-		if (w+add)/waiterUnit >= inlineCrowd {
-			role = roleLoop
-		}
-		switch {
-		case w&lostBit != 0:
-			role, bits = roleLoop, 0
-		case w&armedBit == 0 && iw.p.mode == levelTriggered &&
-			(owe == oweSelf || owe == oweWoken && w&passBit == 0):
-			bits = owedBit
-		}
-		if iw.word.CompareAndSwap(w, withRole(w, role, bits)+add) {
-			if bits == armedBit {
+		n, arm, crowd := next(w)
+		if iw.word.CompareAndSwap(w, n) {
+			if arm {
 				iw.armed(w)
 			}
-			if role == roleLoop && w&lostBit == 0 {
+			if crowd {
 				iw.p.st.inc(cCrowdHandoffs)
 			}
 			return
@@ -512,27 +588,18 @@ func (iw *inlineWait) watch() bool {
 		if iw.port.fired(fd) {
 			for {
 				w := iw.word.Load()
-				switch w & roleMask {
-				case roleOut:
-					// The fire was reported to us: the port is quiet,
-					// so the bit clears without a disarm.
-					if iw.word.CompareAndSwap(w, withRole(w, roleLoop, 0)+genUnit) {
-						iw.p.st.inc(cTakeovers)
-						took = true
-						return true
-					}
+				next, ok, takeover := fireNext(w)
+				if next != w && !iw.word.CompareAndSwap(w, next) {
 					continue
-				case roleLoop: // called (see the roles above)
-					if iw.word.CompareAndSwap(w, withRole(w, roleLoop, 0)) {
-						took = true
-						return true
-					}
-					continue
+				}
+				if takeover {
+					iw.p.st.inc(cTakeovers)
+				}
+				if ok {
+					took = true
+					return true
 				}
 				iw.p.st.inc(cWatchIdleFires)
-				if w&armedBit != 0 && !iw.word.CompareAndSwap(w, w&^armedBit) {
-					continue
-				}
 				break
 			}
 		}
