@@ -16,7 +16,8 @@ import (
 // retireNext, fireNext), each applied as the CAS that succeeds; the
 // syscall a goroutine makes after its CAS (arming or disarming the watch
 // port, kicking the epoll fd) is a step of its own, so that others may run
-// between the two, as they do. The kernel is modelled as watch_linux.go
+// between the two, as they do; so are a holder's or the loop's last poll
+// and its leaving CAS, and the watcher's report of a fire and its CAS. The kernel is modelled as watch_linux.go
 // pins it (TestWatchPort): the epoll fd E1 holds each operation's
 // readiness, kept until the operation's syscall under mode=lt and until a
 // poll reports it under mode=et; an arm with E1 ready fires at once, an
@@ -35,7 +36,10 @@ import (
 //     holds the role the word names (roleInline for an operation, roleLoop
 //     or a lost word for the poller's goroutine).
 //   - A takeover moves the generation on by exactly one, so that a CAS made
-//     on a word loaded before it fails.
+//     on a word loaded before it fails. This pins the word's contract only:
+//     every CAS loop reloads the word at each try and none acts on a word
+//     loaded before a syscall, so no interleaving the model reaches depends
+//     on the generation.
 //   - Nothing arms after stop: once stop retired the word, no transition
 //     sets the armed or owed bit again.
 //
@@ -91,7 +95,7 @@ var inlineSeeds = []string{
 	"2cwww2bww", "0b1a0w", "01b0a1w", "2w0cw", "2w0cww1", "2cww0aww",
 	// Found by a random search against the mutants of
 	// TestInlineRoleModelCatchesBrokenMachines.
-	"10a1bx.", "1b10a", "0a1c", "10a..b010xc", "0c20a", "01b00.s", "c2", "02c0a", "02c.s", "12b.0...cw", "0a0a2.02.0w1",
+	"10a1bx.", "1b10a", "0a1c", "10a..b010xc", "0c20a", "01b00.s", "c2", "02c0a", "02c.s", "12b.0...cw", "0a0a2.02.0w1", "0a0a2.02.0ww1",
 }
 
 // roleMachine is the word's transitions under test: the real ones, or a
@@ -123,6 +127,7 @@ const (
 	msEnter                // the poller's goroutine entering RawRead on E1
 	msLoop                 // the loop, in RawRead on E1
 	msGive                 // out of RawRead on E1 after its last poll: its leaving CAS
+	msFired                // the watcher, its port\'s fire reported: its CAS (fireNext)
 	msDone                 // the poller's goroutine returned (stop)
 )
 
@@ -511,17 +516,22 @@ func (md *inlineModel) stepLoop() (bool, error) {
 				break // the kernel re-polls E1 and reports nothing; still armed
 			}
 			md.armed = false // reported: ONESHOT
-			w := md.word
-			next, took, takeover := md.m.fire(w)
-			if takeover && (next&genMask)/genUnit != ((w&genMask)/genUnit+1)%(genMask/genUnit+1) {
-				return true, fmt.Errorf("a takeover from %s to %s does not move the generation on by one", wordString(w), wordString(next))
-			}
-			md.cas(next)
-			if took {
-				g.st = msEnter
-			}
+			g.st = msFired
 		default:
 			return false, md.check()
+		}
+	case msFired:
+		// The CAS after the report: others may have moved the word, and
+		// armed the port again, in between.
+		w := md.word
+		next, took, takeover := md.m.fire(w)
+		if takeover && (next&genMask)/genUnit != ((w&genMask)/genUnit+1)%(genMask/genUnit+1) {
+			return true, fmt.Errorf("a takeover from %s to %s does not move the generation on by one", wordString(w), wordString(next))
+		}
+		md.cas(next)
+		g.st = msWatch
+		if took {
+			g.st = msEnter
 		}
 	case msEnter:
 		for i := range md.ops {
