@@ -180,6 +180,9 @@ type settings struct {
 	spin      time.Duration
 	busyPoll  time.Duration
 	shortRead bool // connections skip the syscall that would return EAGAIN after a short transfer
+	// goDispatch: a Server's handler calls start goroutines of their own
+	// (dispatch=go) instead of running on the goroutine that polled.
+	goDispatch bool
 }
 
 // ConfigError reports a bad configuration value: a Config field or a key of
@@ -207,10 +210,11 @@ type knobs struct {
 	spin     time.Duration // a fixed budget; spinForever for spin=forever
 	busyPoll time.Duration
 	readOff  bool // shortread=off
+	goCalls  bool // dispatch=go
 }
 
 // keys lists the NETPOLL keys in the order String writes them.
-var keys = []string{"pollers", "sharing", "mode", "wait", "spin", "busypoll", "shortread"}
+var keys = []string{"pollers", "sharing", "mode", "wait", "spin", "busypoll", "shortread", "dispatch"}
 
 func parseKnobs(s string) (knobs, error) {
 	k := knobs{set: map[string]bool{}}
@@ -294,6 +298,14 @@ func (k *knobs) parse(key, v string) error {
 		default:
 			return &ConfigError{key, v, "want on (the default) or off"}
 		}
+	case "dispatch":
+		switch v {
+		case "inline", "default":
+		case "go":
+			k.goCalls = true
+		default:
+			return &ConfigError{key, v, "want inline (the default) or go"}
+		}
 	default:
 		return &ConfigError{"key", key, "known keys are " + strings.Join(keys, ", ")}
 	}
@@ -338,6 +350,8 @@ func (k knobs) experiment() string {
 			v = k.busyPoll.String()
 		case key == "shortread" && k.readOff:
 			v = "off"
+		case key == "dispatch" && k.goCalls:
+			v = "go"
 		default:
 			continue // a Config field: pollers, sharing but wakeall, spin=off
 		}
@@ -365,6 +379,9 @@ func (k knobs) experiment() string {
 //	           inside epoll_wait (Linux 6.9+, a NIC with busy polling)
 //	shortread  on (the default) or off: after a short read or write, skip
 //	           the syscall that would return EAGAIN
+//	dispatch   inline (the default) or go: a Server's handler runs on the
+//	           goroutine that polled (wait=nested), or each call that starts
+//	           after a wait starts a goroutine of its own
 //
 // Every key also takes "default", as if it were not given. The keys with a
 // Config field set that field; the rest are kept, in the order above, in
@@ -433,13 +450,14 @@ func (c Config) settings() (settings, error) {
 		return settings{}, both("spin", "DisableSpin")
 	}
 	s := settings{
-		pollers:   max(c.Pollers, k.pollers, DefaultPollers),
-		sharing:   max(c.Sharing, k.sharing),
-		mode:      k.mode,
-		wait:      k.wait,
-		spin:      k.spin,
-		busyPoll:  k.busyPoll,
-		shortRead: !k.readOff,
+		pollers:    max(c.Pollers, k.pollers, DefaultPollers),
+		sharing:    max(c.Sharing, k.sharing),
+		mode:       k.mode,
+		wait:       k.wait,
+		spin:       k.spin,
+		busyPoll:   k.busyPoll,
+		shortRead:  !k.readOff,
+		goDispatch: k.goCalls,
 	}
 	if s.wait == waitDefault {
 		s.wait = waitNested

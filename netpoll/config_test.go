@@ -44,6 +44,8 @@ func TestParseConfig(t *testing.T) {
 		{"sharing=single", netpoll.Config{}, ""},
 		{"shortread=on", netpoll.Config{}, ""},
 		{"shortread=off", netpoll.Config{Experiment: "shortread=off"}, "shortread=off"},
+		{"dispatch=inline", netpoll.Config{}, ""},
+		{"dispatch=go,shortread=off", netpoll.Config{Experiment: "shortread=off,dispatch=go"}, "shortread=off,dispatch=go"},
 		{"mode=et", netpoll.Config{Experiment: "mode=et"}, "mode=et"},
 		{"wait=nested", netpoll.Config{Experiment: "wait=nested"}, "wait=nested"},
 		{"pollers=1024", netpoll.Config{Pollers: netpoll.MaxPollers}, "pollers=1024"},
@@ -276,6 +278,7 @@ func TestParseConfigMalformed(t *testing.T) {
 		{"spin=OFF", "spin", "OFF"},
 		{"shortread=", "shortread", ""},
 		{"shortread=no", "shortread", "no"},
+		{"dispatch=goroutine", "dispatch", "goroutine"},
 		{"sharing=wake-all", "sharing", "wake-all"},
 	} {
 		_, err := netpoll.ParseConfig(tt.in)

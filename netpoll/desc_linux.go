@@ -109,6 +109,28 @@ func (d *desc) notify(dr *dir) (woke bool) {
 	return false
 }
 
+// edge is notify for an edge a poll found: a served connection is queued
+// on the role of a poller that runs handlers inline, whose holder made the
+// poll and runs it after (serverole_linux.go). Only dispatch calls it.
+func (d *desc) edge(dr *dir) (woke bool) {
+	sr := d.p.serve
+	if sr == nil || dr != &d.rd {
+		return d.notify(dr)
+	}
+	if dr.state.Load() == stReady {
+		return false
+	}
+	switch dr.state.Swap(stReady) {
+	case stWaiting:
+		d.send(dr)
+		return true
+	case stServe:
+		sr.queued(d.srv)
+		return true
+	}
+	return false
+}
+
 // nudge wakes an operation parked in dr so it re-reads its deadline and
 // the descriptor's closing flag. It never invents an edge. On a connection
 // served on demand and idle, it starts the handler if the connection is
@@ -572,7 +594,7 @@ func (dr *dir) consume() {
 // operation that consumes the edge also sees them.
 func (d *desc) event(e uint32) (woke int) {
 	d.stick(e)
-	if e&(unix.EPOLLIN|unix.EPOLLPRI|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 && d.notify(&d.rd) {
+	if e&(unix.EPOLLIN|unix.EPOLLPRI|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 && d.edge(&d.rd) {
 		woke++
 	}
 	if e&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0 && d.notify(&d.wr) {

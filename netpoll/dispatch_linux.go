@@ -19,6 +19,9 @@ func (p *poller) dispatch(evs []unix.EpollEvent) (woke int, stop bool) {
 		if p.inline != nil && fd == p.inline.kickfd {
 			continue // a kick: the holder checks its token after the poll
 		}
+		if p.serve != nil && fd == p.serve.kickfd {
+			continue // a kick: the role is held again, which is all it was for
+		}
 		d := p.table.get(fd)
 		if d == nil || d.gen != uint32(ev.Pad) {
 			p.st.inc(cStaleEvents)

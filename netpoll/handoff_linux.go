@@ -135,10 +135,14 @@ func (sc *serverConn) handOff(returned bool) (idle bool, err error) {
 }
 
 // start serves the connection on a new goroutine: called by whoever moved
-// the read direction out of serve, other than the handing-off goroutine.
-// byEdge: notify moved it, for an edge that may be stale, so the goroutine
-// asks the socket before it calls the handler (handOff).
-func (sc *serverConn) start(byEdge bool) { go sc.run(byEdge) }
+// the read direction out of serve, other than the handing-off goroutine and
+// a poll of a role that runs it inline (serveRole.queued): Close, a
+// deadline, the idle timer, a balancing hand-over. These are rare, and
+// bursty (Shutdown starts every idle connection), so they do not go
+// through the inline role's pool, which keeps its idle workers while the
+// group is open. byEdge: notify moved it, for an edge that may be stale,
+// so the goroutine asks the socket before it calls the handler (handOff).
+func (sc *serverConn) start(byEdge bool) { go sc.run(byEdge, nil, 0) }
 
 // recheck is nudge's part for an idle served connection: Close, a read
 // deadline change or a failed epoll_ctl (fail). It starts the handler if
@@ -293,9 +297,9 @@ func (sc *serverConn) fire() {
 		}
 		sc.finish()
 	case dueDeadline:
-		sc.run(false)
+		sc.run(false, nil, 0)
 	default:
-		sc.run(true)
+		sc.run(true, nil, 0)
 	}
 }
 

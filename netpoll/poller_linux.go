@@ -38,6 +38,7 @@ type poller struct {
 	spin     time.Duration // the spin key
 	auto     *autoSpin     // adaptive spinning's state, nil otherwise
 	inline   *inlineWait   // waitInline's role, nil otherwise
+	serve    *serveRole    // waitNested's loop as a role (serverole_linux.go), nil with dispatch=go
 
 	shortRead bool // the shortread key resolved: its connections skip after short transfers
 
@@ -133,8 +134,13 @@ func newPoller(id int, cfg settings) (_ *poller, err error) {
 	if err = epollCtl(p.epfd, unix.EPOLL_CTL_ADD, p.evfd, &ev); err != nil {
 		return nil, os.NewSyscallError("epoll_ctl", err)
 	}
-	if p.strategy == waitInline {
+	switch {
+	case p.strategy == waitInline:
 		if p.inline, err = newInlineWait(p); err != nil {
+			return nil, err
+		}
+	case p.strategy == waitNested && !cfg.goDispatch:
+		if p.serve, err = newServeRole(p); err != nil {
 			return nil, err
 		}
 	}
@@ -152,6 +158,9 @@ func (p *poller) closeFDs() {
 	}
 	if p.inline != nil {
 		p.inline.close()
+	}
+	if p.serve != nil {
+		p.serve.close()
 	}
 	if p.evfd >= 0 {
 		unix.Close(p.evfd)
@@ -176,6 +185,17 @@ func (p *poller) start() error {
 				return err
 			}
 			p.inline.rc, p.inline.file = rc, nested
+		}
+		if p.serve != nil {
+			rc, err := nested.SyscallConn()
+			if err != nil {
+				return err
+			}
+			p.serve.rc, p.serve.file = rc, nested
+			// The first holder; the role's last holder closes p.stopped
+			// and releases the spin slot (serveRole.stop).
+			go p.serve.pool.work(&worker{wake: make(chan job, 1)}, job{kind: jobHold})
+			return nil
 		}
 	}
 	go func() {
@@ -210,6 +230,10 @@ func (p *poller) stop() {
 		p.inline.stopWatcher()
 	}
 	<-p.stopped
+	if p.serve != nil {
+		p.serve.shutdown()
+		p.serve.file.Close() // no goroutine enters E1's RawRead once stopped
+	}
 	if p.inline != nil {
 		// Closed only once the loop has returned: the operations that
 		// hold the role share the file's RawConn with the loop

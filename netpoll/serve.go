@@ -65,6 +65,10 @@ func (s *Server) Serve(l net.Listener) error {
 // its stack and closes that connection only, as http.Server does.
 func (sc *serverConn) call() (keep bool) {
 	st := &sc.s.stats
+	// Every call starts with exactly the handler's labels: a goroutine
+	// runs many connections' calls, and labels a call set must not
+	// outlive it.
+	pprof.SetGoroutineLabels(handlerLabels)
 	sc.setState(StateActive)
 	st.starts.Add(1)
 	st.running.Add(1)

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net"
 	"os"
-	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +22,10 @@ type serverConn struct {
 	c     net.Conn      // a *Conn, or another package's connection (the fallback)
 	h     *Handler      // &s.Handler, or the connection's own (NewHandler)
 	state atomic.Uint32 // ConnState; moved by the owner
+	// demoted counts down the calls its handler must yet return from
+	// quickly, on a worker, before it runs inline again (serverole_linux.go,
+	// demoteRuns); 0: it runs inline. Touched only by the owner.
+	demoted uint8
 
 	prev, next *serverConn // Server.head's list; guarded by s.mu
 
@@ -86,23 +89,28 @@ func (s *Server) serve(c net.Conn) {
 	case err != nil:
 		sc.finish()
 	case !idle:
-		go sc.run(false)
+		go sc.run(false, nil, 0)
 	}
 }
 
 // run owns sc: it calls the handler while there is work and hands the
 // connection off when there is none, or finishes it. check: ask the socket
-// before the first call (an edge started it, and edges may be stale).
-func (sc *serverConn) run(check bool) {
-	if d := sc.desc(); d != nil && d.p.inline != nil {
+// before the first call (an edge started it, and edges may be stale). sr
+// is the role this goroutine holds out, with the role's word out, when it
+// runs sc inline (serveRole.runNext); nil on a goroutine of its own.
+func (sc *serverConn) run(check bool, sr *serveRole, out uint64) {
+	d := sc.desc()
+	if d.p.inline != nil {
 		// Started by an edge, it may be what a waitInline holder's poll
 		// readied as it left the role: an arm owed is paid before the
 		// handler, the user's code, runs (inline_linux.go).
 		d.p.inline.pass()
 	}
-	pprof.SetGoroutineLabels(handlerLabels)
+	// timed: a call on a goroutine of its own, of a poller that runs
+	// handlers inline, is timed for demotion.
+	timed := sr == nil && d.p.serve != nil
 	returned := false
-	for !sc.desc().closing() && !sc.s.closed.Load() {
+	for !d.closing() && !sc.s.closed.Load() {
 		if check || returned {
 			idle, err := sc.handOff(returned)
 			if err != nil {
@@ -112,12 +120,65 @@ func (sc *serverConn) run(check bool) {
 				return
 			}
 		}
-		if !sc.call() {
+		var t0 time.Duration
+		if timed {
+			t0 = serveClock()
+		}
+		keep := sc.callIn(sr, out)
+		switch {
+		case sr != nil:
+			sc.s.stats.inlineCalls.Add(1)
+			if sr.word.Load() != out {
+				// The role went on while the handler ran: the rest of
+				// this run is on a goroutine of its own.
+				if sr.displaced(out) {
+					sc.demote()
+				}
+				sr, timed = nil, true
+			}
+		case timed:
+			sc.s.stats.workerCalls.Add(1)
+			if serveClock()-t0 >= demoteAfter {
+				sc.demote()
+			} else if sc.demoted > 0 {
+				if sc.demoted--; sc.demoted == 0 {
+					sc.s.stats.promotions.Add(1)
+				}
+			}
+		}
+		if !keep {
 			break
 		}
 		returned = true
 	}
 	sc.finish()
+}
+
+// demote makes sc's next demoteRuns calls run on a worker.
+func (sc *serverConn) demote() {
+	if sc.demoted == 0 {
+		sc.s.stats.demotions.Add(1)
+	}
+	sc.demoted = demoteRuns
+}
+
+// callIn is call for run: a handler that ends its goroutine
+// (runtime.Goexit, as t.FailNow does) closes its connection; and if it
+// held the role out, the kick makes the watcher take the role, which
+// nobody would give back.
+func (sc *serverConn) callIn(sr *serveRole, out uint64) (keep bool) {
+	exited := true
+	defer func() {
+		if exited {
+			sc.finish()
+			if sr != nil && sr.word.Load() == out {
+				sr.kick()
+			}
+		}
+	}()
+	keep = sc.call()
+	exited = false
+	return keep
 }
 
 // finish closes sc's connection, reports StateClosed (once: only the

@@ -134,6 +134,10 @@ type serverCounters struct {
 	starts, handOffs, checks, skips, panic atomic.Uint64
 	found                                  atomic.Uint64 // hand-off checks that found input queued
 	idleTimeouts                           atomic.Uint64
+	// Inline dispatch (Linux, wait=nested): calls on the goroutine that
+	// polled, calls on workers, connections demoted and promoted, and
+	// connections of a batch spread to workers.
+	inlineCalls, workerCalls, demotions, promotions, spread atomic.Uint64
 }
 
 // Stats returns the counters a user watches.

@@ -16,7 +16,7 @@ type pollerStats struct {
 	SpinTime, BlockCost                                                 time.Duration // BlockCost sums as the largest
 	Events, StaleEvents                                                 uint64
 	InlineWaits, StepAsides, Takeovers, CrowdHandoffs                   uint64
-	WatchArms, WatchDisarms, WatchIdleFires                             uint64
+	WatchArms, WatchDisarms, WatchIdleFires, WorkersStarted             uint64
 	CtlAdd, CtlMod, CtlDel                                              uint64
 	ReadParks, WriteParks, EAGAIN, ReadyTokens, ShortSkips              uint64
 	LevelDisarms, Accepts, AcceptEAGAIN, AcceptBackoffs                 uint64
@@ -83,6 +83,7 @@ const (
 	cWatchArms
 	cWatchDisarms
 	cWatchIdleFires
+	cWorkersStarted
 	cCtlAdd
 	cCtlDel
 	cLevelDisarms
@@ -133,6 +134,7 @@ func (s *pollerStats) counters() [numCounters]*uint64 {
 		cWatchArms:      &s.WatchArms,
 		cWatchDisarms:   &s.WatchDisarms,
 		cWatchIdleFires: &s.WatchIdleFires,
+		cWorkersStarted: &s.WorkersStarted,
 		cCtlAdd:         &s.CtlAdd,
 		cCtlDel:         &s.CtlDel,
 		cLevelDisarms:   &s.LevelDisarms,
@@ -253,6 +255,7 @@ var statTable = func() []stat {
 	counter("/netpoll/inline/crowd-handoffs:calls", "wait=inline: times a holder gave the role up because a crowd was parked.", cCrowdHandoffs)
 	counter("/netpoll/watch/arms:calls", "wait=inline: times the watch port was armed (EPOLL_CTL_MOD), so that the first event wakes the poller's goroutine.", cWatchArms)
 	counter("/netpoll/watch/disarms:calls", "wait=inline: times the watch port was disarmed (EPOLL_CTL_MOD).", cWatchDisarms)
+	counter("/netpoll/serve/workers-started:goroutines", "Goroutines a poller that runs handlers inline started: the watcher, and workers for calls off the inline path (kept idle up to 8).", cWorkersStarted)
 	counter("/netpoll/watch/idle-fires:calls", "wait=inline: watch port fires that found the role no longer out (the poller's goroutine went back to wait).", cWatchIdleFires)
 	counter("/netpoll/level-disarms:operations", "mode=lt: readers disarmed for not reading.", cLevelDisarms)
 	counter("/netpoll/accept/eagain:calls", "accept4 calls that found no connection: a woken acceptor another beat to it.", cAcceptEAGAIN)
@@ -273,6 +276,11 @@ var statTable = func() []stat {
 	server("/server/hand-offs:calls", "Times a connection went idle with no goroutine.", true, func(c *serverCounters) uint64 { return c.handOffs.Load() })
 	server("/server/hand-off-checks:calls", "Socket checks (poll) a hand-off made: the last Read had not proved the socket drained.", true, func(c *serverCounters) uint64 { return c.checks.Load() })
 	server("/server/hand-off-skips:calls", "Hand-offs that needed no check: the last Read was short and no edge had come since.", true, func(c *serverCounters) uint64 { return c.skips.Load() })
+	server("/server/inline-calls:calls", "Handler calls run on the goroutine that polled (wait=nested, dispatch=inline), with no goroutine started and no channel.", true, func(c *serverCounters) uint64 { return c.inlineCalls.Load() })
+	server("/server/worker-calls:calls", "Handler calls run on a goroutine of their own, where handlers run inline otherwise: demoted connections, a batch spread, Close, deadlines.", true, func(c *serverCounters) uint64 { return c.workerCalls.Load() })
+	server("/server/demotions:conns", "Times a connection was moved to calls on a goroutine of its own, its handler having blocked.", true, func(c *serverCounters) uint64 { return c.demotions.Load() })
+	server("/server/promotions:conns", "Times a demoted connection ran inline again, its handler having returned quickly several calls in a row.", true, func(c *serverCounters) uint64 { return c.promotions.Load() })
+	server("/server/batch-spread:calls", "Connections of one poll's batch run on workers (GOMAXPROCS > 1) while the goroutine that polled runs the first.", true, func(c *serverCounters) uint64 { return c.spread.Load() })
 	server("/server/hand-off-found:calls", "Hand-off checks that found input already queued: the handler ran again with no wakeup.", true, func(c *serverCounters) uint64 { return c.found.Load() })
 	return t
 }()
