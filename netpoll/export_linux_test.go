@@ -291,3 +291,49 @@ func InlineWatchLost(c any) error {
 	}
 	return nil
 }
+
+// SetServeClock makes demotion (serverole_linux.go) read f as its clock;
+// the returned func restores the monotonic clock.
+func SetServeClock(f func() time.Duration) (restore func()) {
+	testHookServeClock.Store(&f)
+	return func() { testHookServeClock.Store(nil) }
+}
+
+// SetServePollHook makes the inline role's holder call f before each of
+// its polls; the returned func removes it.
+func SetServePollHook(f func()) (restore func()) {
+	testHookServePoll.Store(&f)
+	return func() { testHookServePoll.Store(nil) }
+}
+
+// ServeRole describes the inline role word of poller i of g: "loop" or
+// "out", with "+watching" when a goroutine is the watcher.
+func ServeRole(g *Group, i int) string {
+	w := g.pollers[i].serve.word.Load()
+	s := "loop"
+	if w&srOut != 0 {
+		s = "out"
+	}
+	if w&srWatching != 0 {
+		s += "+watching"
+	}
+	return s
+}
+
+// ServePortFD returns the fd of poller i's watch port (inline dispatch).
+func ServePortFD(g *Group, i int) int { return g.pollers[i].serve.port.fd }
+
+// ServeWatchLost returns the epoll_ctl error that made poller i of g give
+// up inline dispatch (serveRole.lose), nil while it has not.
+func ServeWatchLost(g *Group, i int) error {
+	if err := g.pollers[i].serve.lostErr.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
+// DemoteRuns and DemoteAfter are demotion's constants.
+const (
+	DemoteRuns  = demoteRuns
+	DemoteAfter = demoteAfter
+)

@@ -66,6 +66,43 @@ const (
 	srGenUnit  uint64 = 1 << 3
 )
 
+// The word's transitions, as pure functions of the word loaded: the CAS
+// loops call them, and FuzzServeRole drives them through interleavings.
+
+// srGoOutNext: the holder, in loop, goes out (the caller arms the port, and
+// makes a watcher if w had none).
+func srGoOutNext(w uint64) uint64 { return (w | srOut | srWatching) + srGenUnit }
+
+// srRenewNext: the holder, out, stays out for the next connection of a
+// batch, the port still armed; CAS from the word out.
+func srRenewNext(out uint64) uint64 { return out + srGenUnit }
+
+// srComeBackNext: the holder comes back from out (the caller disarms); CAS
+// from the word out, which fails if the watcher took the role.
+func srComeBackNext(out uint64) uint64 { return out &^ srOut }
+
+// srFireNext is the watcher's transition after the port reported a fire:
+// took, a takeover (the watcher holds the role, and nobody watches); else
+// an idle fire (the role is in loop: the holder came back).
+func srFireNext(w uint64) (next uint64, took bool) {
+	if w&srOut == 0 {
+		return w, false
+	}
+	return (w &^ (srOut | srWatching)) + srGenUnit, true
+}
+
+// srWatchNext: a displaced goroutine becomes the watcher, unless one is or
+// the poller stopped.
+func srWatchNext(w uint64) (next uint64, ok bool) {
+	if w&(srWatching|srStopped) != 0 {
+		return w, false
+	}
+	return w | srWatching, true
+}
+
+// srStopNext: the holder saw the stop eventfd.
+func srStopNext(w uint64) uint64 { return w | srStopped }
+
 // Demotion. A connection whose handler blocked (it held the role out when
 // the watcher took it, and went on for demoteAfter or more after the
 // takeover; or, on a worker, a call that took demoteAfter or more) runs its
@@ -82,8 +119,19 @@ const (
 	demoteRuns  = 4
 )
 
-// serveClock is the clock demotion reads; tests drive their own.
-var serveClock = monoNow
+// testHookServeClock, when set by a test, is the clock demotion reads, so
+// that which calls count as blocked does not depend on the machine's speed.
+var testHookServeClock atomic.Pointer[func() time.Duration]
+
+// serveClock is the clock demotion reads: the monotonic clock, or a test's.
+// It is read on the paths off the inline fast path only: a takeover, a
+// displaced return, a call on a worker.
+func serveClock() time.Duration {
+	if h := testHookServeClock.Load(); h != nil {
+		return (*h)()
+	}
+	return monoNow()
+}
 
 // testHookServePoll, when set by a test, runs before each poll the role's
 // holder makes.
@@ -211,7 +259,7 @@ func (sr *serveRole) hold() (stopped bool) {
 			if more {
 				// Stay out for the next one, the port armed, if the
 				// role is still ours.
-				next := out + srGenUnit
+				next := srRenewNext(out)
 				if !sr.word.CompareAndSwap(out, next) {
 					return false
 				}
@@ -292,7 +340,7 @@ func (sr *serveRole) goOut() (out uint64, holding bool) {
 	}
 	for {
 		w := sr.word.Load() // in loop, only the watching bit moves under the holder
-		next := (w | srOut | srWatching) + srGenUnit
+		next := srGoOutNext(w)
 		if !sr.word.CompareAndSwap(w, next) {
 			continue
 		}
@@ -301,7 +349,7 @@ func (sr *serveRole) goOut() (out uint64, holding bool) {
 		}
 		if err := sr.port.arm(); err != nil {
 			sr.lose(err)
-			if sr.word.CompareAndSwap(next, next&^srOut) {
+			if sr.word.CompareAndSwap(next, srComeBackNext(next)) {
 				return 0, true
 			}
 			return next, false
@@ -313,7 +361,7 @@ func (sr *serveRole) goOut() (out uint64, holding bool) {
 // comeBack ends an out period: the role back in loop and the port
 // disarmed. It reports false if the watcher took the role meanwhile.
 func (sr *serveRole) comeBack(out uint64) bool {
-	if !sr.word.CompareAndSwap(out, out&^srOut) {
+	if !sr.word.CompareAndSwap(out, srComeBackNext(out)) {
 		return false
 	}
 	if err := sr.port.disarm(); err != nil {
@@ -336,10 +384,11 @@ func (sr *serveRole) displaced(out uint64) (blocked bool) {
 func (sr *serveRole) becomeWatcher() bool {
 	for {
 		w := sr.word.Load()
-		if w&(srWatching|srStopped) != 0 {
+		next, ok := srWatchNext(w)
+		if !ok {
 			return false
 		}
-		if sr.word.CompareAndSwap(w, w|srWatching) {
+		if sr.word.CompareAndSwap(w, next) {
 			return true
 		}
 	}
@@ -354,11 +403,12 @@ func (sr *serveRole) watch() bool {
 		if sr.port.fired(fd) {
 			for {
 				w := sr.word.Load()
-				if w&srOut == 0 {
+				next, took := srFireNext(w)
+				if !took {
 					sr.p.st.inc(cWatchIdleFires)
 					break
 				}
-				if sr.word.CompareAndSwap(w, (w&^(srOut|srWatching))+srGenUnit) {
+				if sr.word.CompareAndSwap(w, next) {
 					sr.takenAt.Store(int64(serveClock()))
 					sr.p.st.inc(cTakeovers)
 					took = true
@@ -409,7 +459,7 @@ func (sr *serveRole) lose(err error) {
 func (sr *serveRole) stop() {
 	for {
 		w := sr.word.Load()
-		if sr.word.CompareAndSwap(w, w|srStopped) {
+		if sr.word.CompareAndSwap(w, srStopNext(w)) {
 			break
 		}
 	}
