@@ -78,6 +78,34 @@ func awaitRest(t *testing.T, g *netpoll.Group, s *netpoll.Server, stop <-chan st
 	}
 }
 
+// stopClock makes demotion's clock stand still for the test: no call
+// counts as blocked however slow the machine (or the race detector) is.
+func stopClock(t *testing.T) {
+	t.Cleanup(netpoll.SetServeClock(func() time.Duration { return 0 }))
+}
+
+// serverSide finds the Server's connection whose peer is client c.
+func serverSide(t *testing.T, s *netpoll.Server, c net.Conn) net.Conn {
+	t.Helper()
+	for sc := range s.Conns() {
+		if sc.RemoteAddr().String() == c.LocalAddr().String() {
+			return sc
+		}
+	}
+	t.Fatalf("no connection of the Server is %v's peer", c.LocalAddr())
+	return nil
+}
+
+// dialT dials l with package net.
+func dialT(t *testing.T, l net.Listener) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // echo1 writes msg on c and reads the echo into got.
 func echo1(c net.Conn, msg, got []byte) error {
 	if _, err := c.Write(msg); err != nil {
@@ -101,6 +129,7 @@ func echo1(c net.Conn, msg, got []byte) error {
 func TestServeInlineHops(t *testing.T) {
 	for _, spin := range []string{"off", "auto"} {
 		t.Run("spin="+spin, func(t *testing.T) {
+			stopClock(t)
 			g := newGroup(t, cfgOf(t, "spin="+spin))
 			l := listen(t, g, "tcp")
 			s := &netpoll.Server{Handler: echoHandler}
@@ -149,6 +178,7 @@ func TestServeInlineHops(t *testing.T) {
 // TestServeInlineAllocs: a request served inline allocates nothing, in
 // the server or in the client (package net's).
 func TestServeInlineAllocs(t *testing.T) {
+	stopClock(t)
 	g := newGroup(t, cfgOf(t, "spin=off"))
 	l := listen(t, g, "tcp")
 	s := &netpoll.Server{Handler: echoHandler}
@@ -245,6 +275,12 @@ func TestServeBlockedHandler(t *testing.T) {
 				if err := echo1(cf, []byte("F"), got[:1]); err != nil {
 					t.Fatal(err)
 				}
+				// F's next request finds the role back in loop.
+				if !await(stop, func() bool {
+					return netpoll.ReadState(serverSide(t, s, cf)) == "serve" && !strings.HasPrefix(netpoll.ServeRole(g, 0), "out")
+				}) {
+					t.Fatalf("F's connection did not come to rest: role %s", netpoll.ServeRole(g, 0))
+				}
 			}
 			mid := readInline(t, g, s).sub(before)
 			if mid.takeovers != 1 || mid.inline != 100 || mid.worker != 0 {
@@ -315,8 +351,8 @@ func TestServeDisplacedNotBlocked(t *testing.T) {
 		return err
 	})}
 	serveOn(t, s, l)
-	cs, _ := net.Dial("tcp", l.Addr().String())
-	cf, _ := net.Dial("tcp", l.Addr().String())
+	cs := dialT(t, l)
+	cf := dialT(t, l)
 	defer cs.Close()
 	defer cf.Close()
 	done, stop := watchdog(t, time.Minute)
@@ -356,6 +392,7 @@ func TestServeDisplacedNotBlocked(t *testing.T) {
 // connections runs on two goroutines at once: each handler waits at a
 // barrier for the other, which passes only if both run.
 func TestServeBatchParallel(t *testing.T) {
+	stopClock(t)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	g := newGroup(t, cfgOf(t, "spin=off"))
 	l := listen(t, g, "tcp")
@@ -382,8 +419,8 @@ func TestServeBatchParallel(t *testing.T) {
 		return err
 	})}
 	serveOn(t, s, l)
-	ca, _ := net.Dial("tcp", l.Addr().String())
-	cb, _ := net.Dial("tcp", l.Addr().String())
+	ca := dialT(t, l)
+	cb := dialT(t, l)
 	defer ca.Close()
 	defer cb.Close()
 	got := make([]byte, 1)
@@ -426,6 +463,7 @@ func TestServeBatchParallel(t *testing.T) {
 // t.FailNow does) while it holds the role out closes its connection only;
 // the watcher takes the role, and the other connections are served.
 func TestServeGoexit(t *testing.T) {
+	stopClock(t)
 	g := newGroup(t, cfgOf(t, "spin=off"))
 	l := listen(t, g, "tcp")
 	sl := newStateLog()
@@ -443,8 +481,8 @@ func TestServeGoexit(t *testing.T) {
 	serveOn(t, s, l)
 	done, stop := watchdog(t, time.Minute)
 	defer done()
-	cx, _ := net.Dial("tcp", l.Addr().String())
-	cy, _ := net.Dial("tcp", l.Addr().String())
+	cx := dialT(t, l)
+	cy := dialT(t, l)
 	defer cx.Close()
 	defer cy.Close()
 	got := make([]byte, 1)
@@ -479,6 +517,7 @@ func TestServeGoexit(t *testing.T) {
 // inline returns (the watcher takes the role, sees the stop and ends the
 // loop), and every goroutine and fd of the group is gone after.
 func TestServeGroupCloseFromHandler(t *testing.T) {
+	stopClock(t)
 	done, stop := watchdog(t, time.Minute)
 	defer done()
 	goroutines, fds := runtime.NumGoroutine(), countFDs(t)
@@ -528,13 +567,14 @@ func TestServeGroupCloseFromHandler(t *testing.T) {
 // inline dispatch for the poller: the call runs on a worker, every later
 // one too, nothing is lost and the error is kept.
 func TestServeInlineArmFails(t *testing.T) {
+	stopClock(t)
 	g := newGroup(t, cfgOf(t, "spin=off"))
 	l := listen(t, g, "tcp")
 	s := &netpoll.Server{Handler: echoHandler}
 	serveOn(t, s, l)
 	done, stop := watchdog(t, time.Minute)
 	defer done()
-	c, _ := net.Dial("tcp", l.Addr().String())
+	c := dialT(t, l)
 	defer c.Close()
 	got := make([]byte, 1)
 	if err := echo1(c, []byte("x"), got); err != nil {
@@ -571,6 +611,7 @@ func TestServeInlineArmFails(t *testing.T) {
 // handler sets a label and returns; B's next call, inline on the same
 // goroutine, has only netpoll=handler.
 func TestServeInlineLabels(t *testing.T) {
+	stopClock(t)
 	g := newGroup(t, cfgOf(t, "spin=off"))
 	l := listen(t, g, "tcp")
 	profile := make(chan string, 1)
@@ -593,11 +634,17 @@ func TestServeInlineLabels(t *testing.T) {
 	serveOn(t, s, l)
 	done, stop := watchdog(t, time.Minute)
 	defer done()
-	ca, _ := net.Dial("tcp", l.Addr().String())
-	cb, _ := net.Dial("tcp", l.Addr().String())
+	ca := dialT(t, l)
+	cb := dialT(t, l)
 	defer ca.Close()
 	defer cb.Close()
 	got := make([]byte, 1)
+	for _, c := range []net.Conn{ca, cb} { // accepted and idle: their next calls start from a poll
+		if err := echo1(c, []byte("x"), got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	awaitRest(t, g, s, stop)
 	before := readInline(t, g, s)
 	if err := echo1(ca, []byte("A"), got); err != nil {
 		t.Fatal(err)
@@ -607,6 +654,7 @@ func TestServeInlineLabels(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := <-profile
+	awaitRest(t, g, s, stop)
 	if d := readInline(t, g, s).sub(before); d.inline != 2 || d.takeovers != 0 {
 		t.Fatalf("%+v: want both calls inline, on the goroutine that holds the role", d)
 	}

@@ -403,8 +403,8 @@ func (sr *serveRole) watch() bool {
 		if sr.port.fired(fd) {
 			for {
 				w := sr.word.Load()
-				next, took := srFireNext(w)
-				if !took {
+				next, ok := srFireNext(w)
+				if !ok {
 					sr.p.st.inc(cWatchIdleFires)
 					break
 				}
