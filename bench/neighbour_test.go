@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/edgepoll/edgepoll/netpoll"
 )
 
 // BenchmarkBlockedNeighbour measures what a connection waits for while
@@ -30,19 +32,33 @@ func BenchmarkBlockedNeighbour(b *testing.B) {
 	} {
 		im := f()
 		b.Run(im.name+"/block=2ms", func(b *testing.B) {
-			blockedNeighbour(b, im, 2*time.Millisecond)
+			blockedNeighbour(b, im, 2*time.Millisecond, serveBlocking)
+		})
+		im.close()
+	}
+	// netpoll.Server, whose handlers run inline on the goroutine that
+	// polled (the default) or on a goroutine each (dispatch=go): the
+	// watchdog that passes the poller's role on is what this measures.
+	for _, s := range []string{
+		"mode=et,pollers=1,sharing=single,spin=0s,wait=default",
+		"mode=et,pollers=1,sharing=single,spin=auto,wait=default",
+		"mode=et,pollers=1,sharing=single,spin=auto,wait=default,dispatch=go",
+	} {
+		im := netpollImpl(b, s)
+		b.Run(im.name+"/server=on/block=2ms", func(b *testing.B) {
+			blockedNeighbour(b, im, 2*time.Millisecond, serveOnDemand)
 		})
 		im.close()
 	}
 }
 
-func blockedNeighbour(b *testing.B, im impl, block time.Duration) {
+func blockedNeighbour(b *testing.B, im impl, block time.Duration, serve func(net.Listener, time.Duration)) {
 	l, err := im.listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer l.Close()
-	go serveBlocking(l, block)
+	go serve(l, block)
 	var d net.Dialer // the clients are package net's, off the server's pollers
 	slow, err := d.Dial("tcp", l.Addr().String())
 	if err != nil {
@@ -117,4 +133,22 @@ func serveBlocking(l net.Listener, block time.Duration) {
 			}
 		}
 	})
+}
+
+// serveOnDemand is serveBlocking on a netpoll.Server: each call reads a
+// byte and writes it back, after sleeping block when the byte is 'S'.
+func serveOnDemand(l net.Listener, block time.Duration) {
+	s := &netpoll.Server{Handler: netpoll.HandlerFunc(func(c net.Conn) error {
+		var buf [1]byte
+		if _, err := c.Read(buf[:]); err != nil {
+			return err
+		}
+		if buf[0] == 'S' {
+			time.Sleep(block) // a backend call, as in serveBlocking
+		}
+		_, err := c.Write(buf[:])
+		return err
+	})}
+	s.Serve(l) // returns when the benchmark closes l
+	s.Close()
 }

@@ -24,9 +24,27 @@ import (
 // A non-nil error closes the connection.
 //
 // A handler may block for as long as it needs mid-request (a slow client, a
-// backend call): nothing is cut off because the connection looked idle.
-// It keeps whatever it needs between calls in its own value: see
+// backend call): nothing is cut off because the connection looked idle,
+// and other connections are not held up (on Linux a call runs on the
+// goroutine that found the connection ready, and the poller's role passes
+// to another goroutine at the first event that comes while it runs). It
+// keeps whatever it needs between calls in its own value: see
 // Server.NewHandler.
+//
+// What a call may rely on about the goroutine it runs on:
+//
+//   - Each call starts with the pprof label netpoll=handler and no other;
+//     labels a call sets do not outlive it.
+//   - Nothing else: the calls of one connection may run on different
+//     goroutines, and one goroutine runs many connections' calls, with
+//     polls in between. Goroutine-local state a call changes
+//     (runtime.LockOSThread, debug.SetPanicOnFault) must be restored
+//     before it returns: a call that returns locked to its thread leaves
+//     the thread locked for whatever the goroutine runs next. A program
+//     that relies on thread state across calls sets the experiment
+//     dispatch=go (a goroutine of its own per call).
+//   - runtime.Goexit (as t.FailNow calls) closes the call's connection,
+//     as a panic does.
 type Handler interface {
 	ServeConn(c net.Conn) error
 }

@@ -38,6 +38,12 @@ var servers = []server{
 	// the same on package net's listener, the Server's fallback: a
 	// goroutine per connection that waits with no buffer.
 	{"ondemand", "cfg=ondemand/impl=netpoll/mode=et/spin=auto/ondemand=on", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-ondemand"}, nil},
+	// ondemand with a goroutine per handler call, as the Server ran
+	// before inline dispatch (issue 35's before-row).
+	{"ondemand-go", "cfg=ondemand-go/impl=netpoll/mode=et/spin=auto/ondemand=on/dispatch=go", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-ondemand", "-dispatch", "go"}, nil},
+	// ondemand under wait=inline: what the Server would get if the
+	// default wait were inline above one P (issue 35, part 4).
+	{"ondemand-inline", "cfg=ondemand-inline/impl=netpoll/mode=et/spin=auto/ondemand=on/wait=inline", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-ondemand", "-wait", "inline"}, nil},
 	{"ondemand-net", "cfg=ondemand-net/impl=net/ondemand=on", "echoserver", []string{"-impl", "net", "-ondemand"}, nil},
 	// ondemand and auto with an idle timeout set (echoserver's
 	// -idletimeout): a timer per idle connection, what the idle

@@ -959,8 +959,9 @@ func TestPlanPinOff(t *testing.T) {
 }
 
 // TestBufferFreeConfigs: the echo server's buffer-free configurations
-// (waitread, ondemand, ondemand-net) and those with an idle timeout
-// (ondemand-timeout, auto-timeout) pass their flags, join the echo cells
+// (waitread, ondemand, ondemand-go, ondemand-inline, ondemand-net) and
+// those with an idle timeout (ondemand-timeout, auto-timeout) pass their
+// flags, join the echo cells
 // and the idle experiment, and stay out of net/http's cells (cmd/httpserver
 // has none of their flags); ondemand alone joins the sweep (its cost at a
 // light load: a goroutine started per request). The idle timeout outlives
@@ -970,6 +971,8 @@ func TestBufferFreeConfigs(t *testing.T) {
 	want := map[string]string{
 		"waitread":         "-impl netpoll -spin auto -waitread",
 		"ondemand":         "-impl netpoll -spin auto -ondemand",
+		"ondemand-go":      "-impl netpoll -spin auto -ondemand -dispatch go",
+		"ondemand-inline":  "-impl netpoll -spin auto -ondemand -wait inline",
 		"ondemand-net":     "-impl net -ondemand",
 		"ondemand-timeout": "-impl netpoll -spin auto -ondemand -idletimeout 10m",
 		"auto-timeout":     "-impl netpoll -spin auto -idletimeout 10m",
@@ -977,7 +980,7 @@ func TestBufferFreeConfigs(t *testing.T) {
 	if d, err := time.ParseDuration(idleTimeout); err != nil || d <= idleLifetime {
 		t.Errorf("idleTimeout %s (%v): want a duration longer than idleLifetime, %v", idleTimeout, err, idleLifetime)
 	}
-	names := []string{"net", "auto", "waitread", "ondemand", "ondemand-net", "ondemand-timeout", "auto-timeout"}
+	names := []string{"net", "auto", "waitread", "ondemand", "ondemand-go", "ondemand-inline", "ondemand-net", "ondemand-timeout", "auto-timeout"}
 	p, srvs := testPlan(t, "-runtime", "off", "-pin", "on", "-configs", strings.Join(names, ","))
 	for _, s := range srvs {
 		if w, ok := want[s.name]; ok && (s.bin != "echoserver" || strings.Join(s.args, " ") != w || !strings.HasPrefix(s.label, "cfg="+s.name+"/")) {

@@ -32,6 +32,7 @@ type Flags struct {
 	Spin       string
 	Wait       string
 	ShortRead  string
+	Dispatch   string
 	Network    string
 	Addr       string
 	Lifetime   time.Duration
@@ -49,6 +50,7 @@ func (f *Flags) Register(fs *flag.FlagSet, defaultAddr string) {
 	fs.StringVar(&f.Spin, "spin", "default", `netpoll spin: a budget (a duration, 0 for never, or "forever"), "auto", or "default" (the library's: auto)`)
 	fs.StringVar(&f.Wait, "wait", "default", `netpoll wait strategy: nested, block, inline or "default" (nested; block with -sharing exclusive)`)
 	fs.StringVar(&f.ShortRead, "shortread", "default", `netpoll: skip the syscall that would return EAGAIN after a short read or write: on, off, or "default" (the library's: on)`)
+	fs.StringVar(&f.Dispatch, "dispatch", "default", `netpoll.Server: run a handler on the goroutine that polled ("inline", the default) or on a goroutine of its own per call ("go")`)
 	fs.StringVar(&f.Network, "net", "tcp", "network: tcp, tcp4, tcp6 or unix")
 	fs.StringVar(&f.Addr, "addr", defaultAddr, "address to listen on")
 	fs.DurationVar(&f.Lifetime, "lifetime", 0, "exit after this long (0: run until interrupted)")
@@ -61,7 +63,7 @@ func (f *Flags) Register(fs *flag.FlagSet, defaultAddr string) {
 // netpoll.ParseConfig so that a bad value is named the same way NETPOLL's
 // would be.
 func (f *Flags) Config() (netpoll.Config, error) {
-	s := fmt.Sprintf("mode=%s,sharing=%s,spin=%s,wait=%s,shortread=%s", f.Mode, f.Sharing, f.Spin, f.Wait, f.ShortRead)
+	s := fmt.Sprintf("mode=%s,sharing=%s,spin=%s,wait=%s,shortread=%s,dispatch=%s", f.Mode, f.Sharing, f.Spin, f.Wait, f.ShortRead, f.Dispatch)
 	if f.Pollers != 0 {
 		s += fmt.Sprintf(",pollers=%d", f.Pollers)
 	}
@@ -83,6 +85,9 @@ func (f *Flags) label() string {
 	l := fmt.Sprintf("impl=netpoll/mode=%s/pollers=%d/sharing=%s/spin=%s/wait=%s", f.Mode, max(f.Pollers, netpoll.DefaultPollers), f.Sharing, f.Spin, f.Wait)
 	if f.ShortRead != "default" {
 		l += "/shortread=" + f.ShortRead
+	}
+	if f.Dispatch != "default" {
+		l += "/dispatch=" + f.Dispatch
 	}
 	return l
 }
