@@ -105,8 +105,16 @@
 // deadline has passed; write readiness alone never calls it. It may block as
 // long as it likes mid-request, and at most one call runs per connection at
 // a time; there is no pool of handler goroutines that handlers waiting on
-// each other could exhaust (a call is a goroutine, started by the edge that
-// brings work and gone when it returns). When it returns nil, whatever is
+// each other could exhaust. A call runs on the goroutine the runtime woke
+// for the poller, with no goroutine started and no channel between them
+// (package net's cost, where a goroutine per call wakes a second thread
+// whenever a CPU is idle); the first event that comes while it runs hands
+// the poller to another goroutine, so a call that blocks anywhere holds up
+// no other connection, and a connection whose calls block runs them on a
+// goroutine of their own until four in a row return quickly. A batch of
+// ready connections runs on several goroutines when GOMAXPROCS is above
+// one. What a call may rely on about its goroutine is in Handler's
+// documentation. When it returns nil, whatever is
 // queued in the socket then, or comes later, calls it again, exactly once;
 // what it keeps in its own buffers (a bufio.Reader's Buffered bytes) the
 // Server cannot see, so it returns only when they hold nothing it must act
@@ -128,7 +136,7 @@
 // the handler fails with ErrServed. Shutdown closes the listeners and the
 // idle connections and waits for running handlers; Close ends everything at
 // once. Server.Conns lists the connections with their states (an idle one is
-// in no goroutine dump), and handler goroutines carry the pprof label
+// in no goroutine dump), and every call starts with the pprof label
 // netpoll=handler.
 //
 // On connections of another package (package net's listener, or one that
