@@ -276,12 +276,12 @@ var statTable = func() []stat {
 	server("/server/hand-offs:calls", "Times a connection went idle with no goroutine.", true, func(c *serverCounters) uint64 { return c.handOffs.Load() })
 	server("/server/hand-off-checks:calls", "Socket checks (poll) a hand-off made: the last Read had not proved the socket drained.", true, func(c *serverCounters) uint64 { return c.checks.Load() })
 	server("/server/hand-off-skips:calls", "Hand-offs that needed no check: the last Read was short and no edge had come since.", true, func(c *serverCounters) uint64 { return c.skips.Load() })
+	server("/server/hand-off-found:calls", "Hand-off checks that found input already queued: the handler ran again with no wakeup.", true, func(c *serverCounters) uint64 { return c.found.Load() })
 	server("/server/inline-calls:calls", "Handler calls run on the goroutine that polled (wait=nested, dispatch=inline), with no goroutine started and no channel.", true, func(c *serverCounters) uint64 { return c.inlineCalls.Load() })
 	server("/server/worker-calls:calls", "Handler calls run on a goroutine of their own, where handlers run inline otherwise: demoted connections, a batch spread, Close, deadlines.", true, func(c *serverCounters) uint64 { return c.workerCalls.Load() })
 	server("/server/demotions:conns", "Times a connection was moved to calls on a goroutine of its own, its handler having blocked.", true, func(c *serverCounters) uint64 { return c.demotions.Load() })
 	server("/server/promotions:conns", "Times a demoted connection ran inline again, its handler having returned quickly several calls in a row.", true, func(c *serverCounters) uint64 { return c.promotions.Load() })
 	server("/server/batch-spread:calls", "Connections of one poll's batch run on workers (GOMAXPROCS > 1) while the goroutine that polled runs the first.", true, func(c *serverCounters) uint64 { return c.spread.Load() })
-	server("/server/hand-off-found:calls", "Hand-off checks that found input already queued: the handler ran again with no wakeup.", true, func(c *serverCounters) uint64 { return c.found.Load() })
 	return t
 }()
 

@@ -294,8 +294,8 @@ func TestOnDemand(t *testing.T) {
 		impl  string
 		stats *regexp.Regexp
 	}{
-		{"netpoll", regexp.MustCompile(`(?m)^netpoll server stats: /server/conns:conns=20 /server/idle:conns=20 /server/running:handlers=0 /server/handler-runs:calls=(\d+) /server/panics:calls=0 /server/idle-timeouts:conns=0 /server/hand-offs:calls=(\d+) /server/hand-off-checks:calls=\d+ /server/hand-off-skips:calls=\d+ /server/hand-off-found:calls=\d+$`)},
-		{"net", regexp.MustCompile(`(?m)^netpoll server stats: /server/conns:conns=20 /server/idle:conns=\d+ /server/running:handlers=\d+ /server/handler-runs:calls=(\d+) /server/panics:calls=0 /server/idle-timeouts:conns=0 /server/hand-offs:calls=(0) /server/hand-off-checks:calls=0 /server/hand-off-skips:calls=0 /server/hand-off-found:calls=0$`)},
+		{"netpoll", regexp.MustCompile(`(?m)^netpoll server stats: /server/conns:conns=20 /server/idle:conns=20 /server/running:handlers=0 /server/handler-runs:calls=(\d+) /server/panics:calls=0 /server/idle-timeouts:conns=0 /server/hand-offs:calls=(\d+) /server/hand-off-checks:calls=\d+ /server/hand-off-skips:calls=\d+ /server/hand-off-found:calls=\d+ /server/inline-calls:calls=\d+ /server/worker-calls:calls=\d+ /server/demotions:conns=\d+ /server/promotions:conns=\d+ /server/batch-spread:calls=\d+$`)},
+		{"net", regexp.MustCompile(`(?m)^netpoll server stats: /server/conns:conns=20 /server/idle:conns=\d+ /server/running:handlers=\d+ /server/handler-runs:calls=(\d+) /server/panics:calls=0 /server/idle-timeouts:conns=0 /server/hand-offs:calls=(0) /server/hand-off-checks:calls=0 /server/hand-off-skips:calls=0 /server/hand-off-found:calls=0 /server/inline-calls:calls=0 /server/worker-calls:calls=0 /server/demotions:conns=0 /server/promotions:conns=0 /server/batch-spread:calls=0$`)},
 	} {
 		t.Run(tt.impl, func(t *testing.T) {
 			var stderr bytes.Buffer

@@ -62,9 +62,11 @@ const (
 var quotaConfigs = []string{"net", spinNever, defaultCfg, onDemandCfg, "rt-none", "rt-spinauto", "rt-profile"}
 
 // neighbourConfigs are the blocked-neighbour cell's configurations, those
-// of them the run has: package net, netpoll's default and on demand, all
-// of them cmd/echoserver, which honours loadgen's Delay requests.
-var neighbourConfigs = []string{"net", defaultCfg, onDemandCfg}
+// of them the run has: package net, netpoll's default and on demand, and
+// (when asked for in -configs) the default under wait=inline and on demand
+// with a goroutine per call, whose tails issue 35 compares; all of them
+// cmd/echoserver, which honours loadgen's Delay requests.
+var neighbourConfigs = []string{"net", defaultCfg, onDemandCfg, "auto-inline", "ondemand-go", "ondemand-inline"}
 
 // neighbourDelay is how long the server holds each request of the
 // blocked connection in the blocked-neighbour cell: a backend call, far
