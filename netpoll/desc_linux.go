@@ -27,7 +27,11 @@ import (
 //
 //	empty   -> serve   the handler's goroutine, after its handler returned and
 //	                   the socket was found empty (serverConn.handOff); it exits
-//	serve   -> ready   the poller saw an edge, then starts the handler (notify)
+//	serve   -> ready   the poller saw an edge: a poll by the inline role's
+//	                   holder queues the connection, which that holder (or
+//	                   the one after a takeover) runs once, inline or on a
+//	                   worker (edge, serverole_linux.go); any other starts
+//	                   the handler on a goroutine (notify)
 //	serve   -> empty   Close, a read deadline that passed or a failed epoll_ctl
 //	                   (nudge, the idle timer), then starts the handler; or the
 //	                   idle timer for Server.IdleTimeout, then closes the
@@ -36,8 +40,9 @@ import (
 //
 // The same invariant holds with "start the handler's goroutine" for "send
 // the token": whoever other than the handing-off goroutine moves the
-// direction out of serve starts exactly one (or, the idle timer, owns the
-// connection and closes it), and nobody else does.
+// direction out of serve starts exactly one run (or queues it on the role,
+// which has one holder, so the queued connection has one run; or, the idle
+// timer, owns the connection and closes it), and nobody else does.
 //
 // Invariant: whoever other than the waiter moves a direction out of waiting
 // sends exactly one token on wake, and nobody else sends. So every park is
@@ -94,29 +99,23 @@ type dir struct {
 
 // notify records an edge in dr, one of d's directions: from the poller's
 // events, or handed over by a balancing acceptor. Any goroutine may call it.
-func (d *desc) notify(dr *dir) (woke bool) {
-	if dr.state.Load() == stReady {
-		return false
-	}
-	switch dr.state.Swap(stReady) {
-	case stWaiting:
-		d.send(dr)
-		return true
-	case stServe:
-		d.srv.start(true)
-		return true
-	}
-	return false
-}
+func (d *desc) notify(dr *dir) (woke bool) { return d.ready(dr, nil) }
 
 // edge is notify for an edge a poll found: a served connection is queued
 // on the role of a poller that runs handlers inline, whose holder made the
 // poll and runs it after (serverole_linux.go). Only dispatch calls it.
 func (d *desc) edge(dr *dir) (woke bool) {
 	sr := d.p.serve
-	if sr == nil || dr != &d.rd {
-		return d.notify(dr)
+	if dr != &d.rd {
+		sr = nil
 	}
+	return d.ready(dr, sr)
+}
+
+// ready moves dr to stReady: it wakes the operation waiting, or takes an
+// idle served connection, which sr's holder runs (sr not nil) or a new
+// goroutine does.
+func (d *desc) ready(dr *dir, sr *serveRole) (woke bool) {
 	if dr.state.Load() == stReady {
 		return false
 	}
@@ -125,7 +124,11 @@ func (d *desc) edge(dr *dir) (woke bool) {
 		d.send(dr)
 		return true
 	case stServe:
-		sr.queued(d.srv)
+		if sr != nil {
+			sr.queued(d.srv)
+		} else {
+			d.srv.start(true)
+		}
 		return true
 	}
 	return false

@@ -96,6 +96,50 @@ func serverSide(t *testing.T, s *netpoll.Server, c net.Conn) net.Conn {
 	return nil
 }
 
+// fixture is a Server on a fresh group that does not spin, with clients of
+// package net, each served once, and the server at rest: the clients' next
+// calls start from a poll. Demotion's clock stands still.
+type fixture struct {
+	g       *netpoll.Group
+	s       *netpoll.Server
+	clients []net.Conn
+	stop    <-chan struct{}
+}
+
+func newFixture(t *testing.T, s *netpoll.Server, clients int) *fixture {
+	t.Helper()
+	stopClock(t)
+	g := newGroup(t, cfgOf(t, "spin=off"))
+	l := listen(t, g, "tcp")
+	serveOn(t, s, l)
+	done, stop := watchdog(t, time.Minute)
+	t.Cleanup(done)
+	f := &fixture{g: g, s: s, stop: stop}
+	got := make([]byte, 1)
+	for range clients {
+		c := dialT(t, l)
+		t.Cleanup(func() { c.Close() })
+		if err := echo1(c, []byte("x"), got); err != nil {
+			t.Fatal(err)
+		}
+		f.clients = append(f.clients, c)
+	}
+	f.rest(t)
+	return f
+}
+
+// rest waits until the server is at rest (awaitRest).
+func (f *fixture) rest(t *testing.T) {
+	t.Helper()
+	awaitRest(t, f.g, f.s, f.stop)
+}
+
+// stats reads the server's and the group's counters.
+func (f *fixture) stats(t *testing.T) inlineStats {
+	t.Helper()
+	return readInline(t, f.g, f.s)
+}
+
 // dialT dials l with package net.
 func dialT(t *testing.T, l net.Listener) net.Conn {
 	t.Helper()
@@ -334,12 +378,9 @@ func TestServeBlockedHandler(t *testing.T) {
 // TestServeDisplacedNotBlocked: a handler displaced by a takeover but
 // returning before DemoteAfter (on the test's clock) is not demoted.
 func TestServeDisplacedNotBlocked(t *testing.T) {
-	defer netpoll.SetServeClock(func() time.Duration { return 0 })()
-	g := newGroup(t, cfgOf(t, "spin=off"))
-	l := listen(t, g, "tcp")
 	release := make(chan struct{})
 	var blockNext atomic.Bool
-	s := &netpoll.Server{Handler: netpoll.HandlerFunc(func(c net.Conn) error {
+	f := newFixture(t, &netpoll.Server{Handler: netpoll.HandlerFunc(func(c net.Conn) error {
 		var b [1]byte
 		if _, err := c.Read(b[:]); err != nil {
 			return err
@@ -349,25 +390,12 @@ func TestServeDisplacedNotBlocked(t *testing.T) {
 		}
 		_, err := c.Write(b[:])
 		return err
-	})}
-	serveOn(t, s, l)
-	cs := dialT(t, l)
-	cf := dialT(t, l)
-	defer cs.Close()
-	defer cf.Close()
-	done, stop := watchdog(t, time.Minute)
-	defer done()
-	got := make([]byte, 1)
-	for _, c := range []net.Conn{cs, cf} {
-		if err := echo1(c, []byte("x"), got); err != nil {
-			t.Fatal(err)
-		}
-	}
-	awaitRest(t, g, s, stop)
-	before := readInline(t, g, s)
+	})}, 2)
+	cs, cf, got := f.clients[0], f.clients[1], make([]byte, 1)
+	before := f.stats(t)
 	blockNext.Store(true)
 	cs.Write([]byte("S"))
-	if !await(stop, func() bool { return s.Stats().Running == 1 }) {
+	if !await(f.stop, func() bool { return f.s.Stats().Running == 1 }) {
 		t.Fatal("S's handler did not start")
 	}
 	if err := echo1(cf, []byte("F"), got); err != nil {
@@ -377,12 +405,12 @@ func TestServeDisplacedNotBlocked(t *testing.T) {
 	if _, err := io.ReadFull(cs, got); err != nil {
 		t.Fatal(err)
 	}
-	awaitRest(t, g, s, stop)
+	f.rest(t)
 	if err := echo1(cs, []byte("S"), got); err != nil {
 		t.Fatal(err)
 	}
-	awaitRest(t, g, s, stop)
-	d := readInline(t, g, s).sub(before)
+	f.rest(t)
+	d := f.stats(t).sub(before)
 	if d.takeovers != 1 || d.demotions != 0 || d.worker != 0 || d.inline != 3 {
 		t.Errorf("%+v: want 1 takeover, no demotion, 3 inline calls", d)
 	}
@@ -392,15 +420,11 @@ func TestServeDisplacedNotBlocked(t *testing.T) {
 // connections runs on two goroutines at once: each handler waits at a
 // barrier for the other, which passes only if both run.
 func TestServeBatchParallel(t *testing.T) {
-	stopClock(t)
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
-	g := newGroup(t, cfgOf(t, "spin=off"))
-	l := listen(t, g, "tcp")
-	done, stop := watchdog(t, time.Minute)
-	defer done()
+	var stop <-chan struct{} // the fixture's watchdog, set before the barrier is used
 	var barrier sync.WaitGroup
 	var useBarrier atomic.Bool
-	s := &netpoll.Server{Handler: netpoll.HandlerFunc(func(c net.Conn) error {
+	f := newFixture(t, &netpoll.Server{Handler: netpoll.HandlerFunc(func(c net.Conn) error {
 		var b [1]byte
 		if _, err := c.Read(b[:]); err != nil {
 			return err
@@ -417,20 +441,10 @@ func TestServeBatchParallel(t *testing.T) {
 		}
 		_, err := c.Write(b[:])
 		return err
-	})}
-	serveOn(t, s, l)
-	ca := dialT(t, l)
-	cb := dialT(t, l)
-	defer ca.Close()
-	defer cb.Close()
-	got := make([]byte, 1)
-	for _, c := range []net.Conn{ca, cb} {
-		if err := echo1(c, []byte("x"), got); err != nil {
-			t.Fatal(err)
-		}
-	}
-	awaitRest(t, g, s, stop)
-	before := readInline(t, g, s)
+	})}, 2)
+	stop = f.stop
+	ca, cb, got := f.clients[0], f.clients[1], make([]byte, 1)
+	before := f.stats(t)
 
 	var armed atomic.Bool
 	entered, releasePoll := make(chan struct{}), make(chan struct{})
@@ -452,8 +466,8 @@ func TestServeBatchParallel(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	awaitRest(t, g, s, stop)
-	d := readInline(t, g, s).sub(before)
+	f.rest(t)
+	d := f.stats(t).sub(before)
 	if d.spread != 1 || d.inline != 1 || d.worker != 1 || d.takeovers != 0 {
 		t.Errorf("%+v: want one of the batch spread to a worker, one inline, no takeover", d)
 	}
@@ -463,11 +477,8 @@ func TestServeBatchParallel(t *testing.T) {
 // t.FailNow does) while it holds the role out closes its connection only;
 // the watcher takes the role, and the other connections are served.
 func TestServeGoexit(t *testing.T) {
-	stopClock(t)
-	g := newGroup(t, cfgOf(t, "spin=off"))
-	l := listen(t, g, "tcp")
 	sl := newStateLog()
-	s := &netpoll.Server{ConnState: sl.hook, Handler: netpoll.HandlerFunc(func(c net.Conn) error {
+	f := newFixture(t, &netpoll.Server{ConnState: sl.hook, Handler: netpoll.HandlerFunc(func(c net.Conn) error {
 		var b [1]byte
 		if _, err := c.Read(b[:]); err != nil {
 			return err
@@ -477,20 +488,9 @@ func TestServeGoexit(t *testing.T) {
 		}
 		_, err := c.Write(b[:])
 		return err
-	})}
-	serveOn(t, s, l)
-	done, stop := watchdog(t, time.Minute)
-	defer done()
-	cx := dialT(t, l)
-	cy := dialT(t, l)
-	defer cx.Close()
-	defer cy.Close()
-	got := make([]byte, 1)
-	if err := echo1(cy, []byte("y"), got); err != nil {
-		t.Fatal(err)
-	}
-	awaitRest(t, g, s, stop)
-	before := readInline(t, g, s)
+	})}, 2)
+	cx, cy, got := f.clients[0], f.clients[1], make([]byte, 1)
+	before := f.stats(t)
 	cx.Write([]byte("X"))
 	if _, err := cx.Read(got); err != io.EOF && !errors.Is(err, unix.ECONNRESET) {
 		t.Fatalf("X's client read %v, want EOF: the connection of a handler that called Goexit is closed", err)
@@ -500,15 +500,15 @@ func TestServeGoexit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !await(stop, func() bool { return s.Stats().Conns == 1 }) {
-		t.Fatalf("stats %+v: want X's connection gone", s.Stats())
+	if !await(f.stop, func() bool { return f.s.Stats().Conns == 1 }) {
+		t.Fatalf("stats %+v: want X's connection gone", f.s.Stats())
 	}
-	if d := readInline(t, g, s).sub(before); d.takeovers != 1 {
+	if d := f.stats(t).sub(before); d.takeovers != 1 {
 		t.Errorf("%d takeovers after the Goexit, want 1 (the kick)", d.takeovers)
 	}
-	s.Close()
-	if !await(stop, func() bool { return s.Stats().Conns == 0 }) {
-		t.Fatalf("stats %+v after Close", s.Stats())
+	f.s.Close()
+	if !await(f.stop, func() bool { return f.s.Stats().Conns == 0 }) {
+		t.Fatalf("stats %+v after Close", f.s.Stats())
 	}
 	sl.check(t)
 }
@@ -567,22 +567,10 @@ func TestServeGroupCloseFromHandler(t *testing.T) {
 // inline dispatch for the poller: the call runs on a worker, every later
 // one too, nothing is lost and the error is kept.
 func TestServeInlineArmFails(t *testing.T) {
-	stopClock(t)
-	g := newGroup(t, cfgOf(t, "spin=off"))
-	l := listen(t, g, "tcp")
-	s := &netpoll.Server{Handler: echoHandler}
-	serveOn(t, s, l)
-	done, stop := watchdog(t, time.Minute)
-	defer done()
-	c := dialT(t, l)
-	defer c.Close()
-	got := make([]byte, 1)
-	if err := echo1(c, []byte("x"), got); err != nil {
-		t.Fatal(err)
-	}
-	awaitRest(t, g, s, stop)
-	before := readInline(t, g, s)
-	port := netpoll.ServePortFD(g, 0)
+	f := newFixture(t, &netpoll.Server{Handler: echoHandler}, 1)
+	c, got := f.clients[0], make([]byte, 1)
+	before := f.stats(t)
+	port := netpoll.ServePortFD(f.g, 0)
 	var faults atomic.Int32
 	restore := netpoll.SetCtlFault(func(epfd, op, _ int, events uint32) unix.Errno {
 		if epfd == port && op == unix.EPOLL_CTL_MOD && events != 0 {
@@ -596,11 +584,11 @@ func TestServeInlineArmFails(t *testing.T) {
 		if err := echo1(c, []byte("y"), got); err != nil {
 			t.Fatal(err)
 		}
-		awaitRest(t, g, s, stop)
+		f.rest(t)
 	}
-	d := readInline(t, g, s).sub(before)
-	if faults.Load() != 1 || !errors.Is(netpoll.ServeWatchLost(g, 0), unix.ENOMEM) {
-		t.Errorf("%d failed arms, lost %v: want 1, ENOMEM", faults.Load(), netpoll.ServeWatchLost(g, 0))
+	d := f.stats(t).sub(before)
+	if faults.Load() != 1 || !errors.Is(netpoll.ServeWatchLost(f.g, 0), unix.ENOMEM) {
+		t.Errorf("%d failed arms, lost %v: want 1, ENOMEM", faults.Load(), netpoll.ServeWatchLost(f.g, 0))
 	}
 	if d.inline != 0 || d.worker != 20 {
 		t.Errorf("inline calls %d, worker calls %d after the port was lost: want 0, 20", d.inline, d.worker)
@@ -611,11 +599,8 @@ func TestServeInlineArmFails(t *testing.T) {
 // handler sets a label and returns; B's next call, inline on the same
 // goroutine, has only netpoll=handler.
 func TestServeInlineLabels(t *testing.T) {
-	stopClock(t)
-	g := newGroup(t, cfgOf(t, "spin=off"))
-	l := listen(t, g, "tcp")
 	profile := make(chan string, 1)
-	s := &netpoll.Server{Handler: netpoll.HandlerFunc(func(c net.Conn) error {
+	f := newFixture(t, &netpoll.Server{Handler: netpoll.HandlerFunc(func(c net.Conn) error {
 		var b [1]byte
 		if _, err := c.Read(b[:]); err != nil {
 			return err
@@ -630,32 +615,19 @@ func TestServeInlineLabels(t *testing.T) {
 		}
 		_, err := c.Write(b[:])
 		return err
-	})}
-	serveOn(t, s, l)
-	done, stop := watchdog(t, time.Minute)
-	defer done()
-	ca := dialT(t, l)
-	cb := dialT(t, l)
-	defer ca.Close()
-	defer cb.Close()
-	got := make([]byte, 1)
-	for _, c := range []net.Conn{ca, cb} { // accepted and idle: their next calls start from a poll
-		if err := echo1(c, []byte("x"), got); err != nil {
-			t.Fatal(err)
-		}
-	}
-	awaitRest(t, g, s, stop)
-	before := readInline(t, g, s)
+	})}, 2)
+	ca, cb, got := f.clients[0], f.clients[1], make([]byte, 1)
+	before := f.stats(t)
 	if err := echo1(ca, []byte("A"), got); err != nil {
 		t.Fatal(err)
 	}
-	awaitRest(t, g, s, stop)
+	f.rest(t)
 	if err := echo1(cb, []byte("B"), got); err != nil {
 		t.Fatal(err)
 	}
 	p := <-profile
-	awaitRest(t, g, s, stop)
-	if d := readInline(t, g, s).sub(before); d.inline != 2 || d.takeovers != 0 {
+	f.rest(t)
+	if d := f.stats(t).sub(before); d.inline != 2 || d.takeovers != 0 {
 		t.Fatalf("%+v: want both calls inline, on the goroutine that holds the role", d)
 	}
 	i := strings.Index(p, "TestServeInlineLabels.func1")

@@ -3,7 +3,6 @@ package netpoll
 import (
 	"context"
 	"os"
-	"runtime"
 	"runtime/pprof"
 	"sync"
 	"sync/atomic"
@@ -72,10 +71,6 @@ const (
 // srGoOutNext: the holder, in loop, goes out (the caller arms the port, and
 // makes a watcher if w had none).
 func srGoOutNext(w uint64) uint64 { return (w | srOut | srWatching) + srGenUnit }
-
-// srRenewNext: the holder, out, stays out for the next connection of a
-// batch, the port still armed; CAS from the word out.
-func srRenewNext(out uint64) uint64 { return out + srGenUnit }
 
 // srComeBackNext: the holder comes back from out (the caller disarms); CAS
 // from the word out, which fails if the watcher took the role.
@@ -225,53 +220,19 @@ func (sr *serveRole) run(holding bool) bool {
 }
 
 // hold runs the role until the poller stops (true) or the role passes on
-// while this goroutine runs a handler (false). out is the word while the
-// holder is out (0: it holds the role in loop): it stays out from one
-// connection of a batch to the next, the port armed, and comes back before
-// it polls. At the top of the loop the goroutine is sure to hold the role:
-// in loop nobody else moves it, and out, its own CAS has just succeeded;
-// the queue is touched only then.
+// while this goroutine runs a handler (false). The queue holds at most one
+// connection after spread, and the holder touches it only while it holds
+// the role in loop, where nobody else moves the role.
 func (sr *serveRole) hold() (stopped bool) {
-	var out uint64
 	for {
 		if sr.head < len(sr.queue) {
 			sc := sr.queue[sr.head]
 			sr.queue[sr.head] = nil
 			sr.head++
-			more := sr.head < len(sr.queue) // read while the queue is ours
-			if sc.demoted > 0 || sr.lost.Load() {
-				sr.pool.run(sc, true)
-				continue
-			}
-			if out == 0 {
-				var holding bool
-				if out, holding = sr.goOut(); !holding {
-					sc.run(true, nil, 0) // ours, and no role to come back to
-					return false
-				}
-				if out == 0 {
-					sr.pool.run(sc, true) // the arm failed: lost, the role ours in loop
-					continue
-				}
-			}
-			sc.run(true, sr, out)
-			pprof.SetGoroutineLabels(context.Background())
-			if more {
-				// Stay out for the next one, the port armed, if the
-				// role is still ours.
-				next := srRenewNext(out)
-				if !sr.word.CompareAndSwap(out, next) {
-					return false
-				}
-				out = next
-				continue
-			}
-		}
-		if out != 0 {
-			if !sr.comeBack(out) {
+			if !sr.runOne(sc) {
 				return false
 			}
-			out = 0
+			continue
 		}
 		sr.queue, sr.head = sr.queue[:0], 0
 		if err := sr.rc.Read(sr.pollFn); err != nil {
@@ -283,6 +244,28 @@ func (sr *serveRole) hold() (stopped bool) {
 		}
 		sr.spread()
 	}
+}
+
+// runOne runs sc, which the role held: inline with the role out, or on a
+// worker if it was demoted or the port is lost. It reports whether this
+// goroutine holds the role again (in loop) after.
+func (sr *serveRole) runOne(sc *serverConn) (holding bool) {
+	if sc.demoted > 0 || sr.lost.Load() {
+		sr.pool.run(sc, true)
+		return true
+	}
+	out, holding := sr.goOut()
+	switch {
+	case !holding:
+		sc.run(true, nil, 0) // ours, and no role to come back to
+		return false
+	case out == 0:
+		sr.pool.run(sc, true) // the arm failed: lost, the role ours in loop
+		return true
+	}
+	sc.run(true, sr, out)
+	pprof.SetGoroutineLabels(context.Background())
+	return sr.comeBack(out)
 }
 
 // pollStep is the holder's RawRead callback: poll, and return once a poll
@@ -310,14 +293,17 @@ func (sr *serveRole) pollStep(uintptr) bool {
 }
 
 // spread runs all but the first of a batch of served connections on
-// workers when GOMAXPROCS > 1: other Ps may run them now, while the holder
-// runs the first. With one P they run inline one after another, each with
-// the port armed, so that one that blocks hands the rest on with the role.
-// GOMAXPROCS is read per batch of two or more (it follows the CPU limit at
-// run time since Go 1.25): which Ps are idle the runtime's wakep knows,
-// and it wakes a thread for a readied worker only if one is.
+// workers, readied through their channels, while the holder runs the first
+// inline. With GOMAXPROCS above 1 other Ps may run them at once: which Ps
+// are idle the runtime's wakep knows, and it wakes a thread for a readied
+// worker only if one is. With one P they run in turn, each a goroutine
+// switch; run inline one after another they would wait behind a first
+// handler that blocks, their edges taken by the poll and nothing left on
+// the epoll fd to fire the port (FuzzServeRole's script "Bab"), and the
+// holder would need the role back between them. So the holder holds at
+// most one connection out.
 func (sr *serveRole) spread() {
-	if len(sr.queue)-sr.head < 2 || sr.lost.Load() || runtime.GOMAXPROCS(0) < 2 {
+	if len(sr.queue)-sr.head < 2 || sr.lost.Load() {
 		return
 	}
 	for i := sr.head + 1; i < len(sr.queue); i++ {
