@@ -81,7 +81,6 @@ func serveRoleMutants() []serveRoleMutant {
 		{with("a takeover leaves the queue to the displaced holder", func(m *serveRoleMachine) { m.queueStays = true }), "stranded"},
 		{with("a displaced holder keeps polling", func(m *serveRoleMachine) { m.displacedPolls = true }), "only the holder|hold the role"},
 		{with("come back without disarming the port", func(m *serveRoleMachine) { m.noDisarm = true }), "armed at rest"},
-		{with("take over without disarming the port (serverole_linux.go today)", func(m *serveRoleMachine) { m.takeDisarm = false }), "armed at rest"},
 		{with("a handler's Goexit while out makes no kick", func(m *serveRoleMachine) { m.noKick = true }), "out at rest|stranded"},
 		{with("becomeWatcher does not check stopped", func(m *serveRoleMachine) {
 			m.watch = func(w uint64) (uint64, bool) {
