@@ -17,7 +17,7 @@ import (
 // over; and of three served connections, each with its socket, its read
 // direction (empty, ready, waiting or serve, moved as desc.edge, dir.consume
 // and the hand-off's CAS move it) and its owner. The word's transitions are
-// the real ones (srGoOutNext, srRenewNext, srComeBackNext, srFireNext,
+// the real ones (srGoOutNext, srComeBackNext, srFireNext,
 // srWatchNext, srStopNext), each applied as the CAS that succeeds or fails
 // on the word as it is, in the order serveRole.hold, goOut, comeBack, watch
 // and becomeWatcher make them: the epoll_ctl after a CAS, making a watcher,
@@ -67,9 +67,8 @@ import (
 //     parked in a Read, which the Group's close of its connections wakes),
 //     the port is not armed (but after a stale takeover).
 //
-// Every script runs at GOMAXPROCS=1, where a batch of served connections
-// stays on the role (one after another, renewing the out period), and at
-// GOMAXPROCS=2, where serveRole.spread gives all but the first to workers.
+// Every script runs at GOMAXPROCS=1 and 2 (the machines that keep a batch
+// on the role do so at 1 only, as the role first did).
 // Not modelled: the lost fallback (a failed epoll_ctl on the port),
 // demotion (a demoted connection runs on a worker, the role held in loop),
 // Close, deadlines and the idle timer (FuzzServeHandOff checks the hand-off
@@ -77,8 +76,9 @@ import (
 // adaptive spinning; and the glue of serveRole.watch, which the model runs
 // as intended (a won takeover returns true: see takenNotHeld).
 //
-// The real role fails the model today at GOMAXPROCS=1, in two ways (each
-// a seed); at GOMAXPROCS=2 it passes:
+// The role as first written failed the model at GOMAXPROCS=1, in two
+// ways (each a seed), and kept a batch on the role there (one connection
+// after another, renewing the out period, now renewNext below):
 //
 //   - "Bab": a batch of two, the first handler blocks. The second
 //     connection waits in the queue, its event taken from E1 by the poll,
@@ -91,6 +91,9 @@ import (
 //     then read and write queue and head, so one may run a connection the
 //     other runs, or a slot the other cleared (one holder).
 //
+// The real role now spreads every batch to workers (serveRole.spread), at
+// any GOMAXPROCS.
+
 // One thing the model allows: a watcher that reported a fire in one out
 // period may make its CAS in the next (the holder came back and went out
 // again meanwhile), a stale takeover; the port that period armed, or is
@@ -98,8 +101,9 @@ import (
 // idle fire. Nothing armed at rest in loop is asserted except after a
 // stale takeover, until the port is next disarmed or reports a fire.
 //
-// fixedServeRole and spreadServeRole are two changes that pass; the
-// mutants of TestServeRoleModelCatchesBrokenMachines are made from them and
+// fixedServeRole is the other change that passes (the batch kept on the
+// role, correctly); the mutants of TestServeRoleModelCatchesBrokenMachines
+// are made from it and
 // show that the seeds catch the role broken in each of several ways. To
 // search further:
 //
@@ -197,14 +201,22 @@ func casExact(next func(uint64) uint64) func(word, out uint64) (uint64, bool) {
 	}
 }
 
+// renewNext is the renewal the role first made: the holder, out, stayed
+// out for the next connection of a batch, the port still armed; a CAS from
+// the word out.
+func renewNext(out uint64) uint64 { return out + srGenUnit }
+
+// realServeRole is serverole_linux.go's: every batch spread to workers, so
+// the holder never has a second connection of a batch to run.
 var realServeRole = serveRoleMachine{
-	name:     "real",
-	goOut:    srGoOutNext,
-	renew:    casExact(srRenewNext),
-	comeBack: casExact(srComeBackNext),
-	fire:     srFireNext,
-	watch:    srWatchNext,
-	stop:     srStopNext,
+	name:         "real",
+	goOut:        srGoOutNext,
+	renew:        casExact(renewNext),
+	comeBack:     casExact(srComeBackNext),
+	fire:         srFireNext,
+	watch:        srWatchNext,
+	stop:         srStopNext,
+	spreadAlways: true,
 }
 
 // fixedServeRole keeps a batch on the role at GOMAXPROCS=1 and passes the
@@ -215,16 +227,7 @@ var realServeRole = serveRoleMachine{
 // role, and the rest of the batch, at once.
 var fixedServeRole = func() serveRoleMachine {
 	m := realServeRole
-	m.name, m.nextInLoop, m.kickMore = "fixed", true, true
-	return m
-}()
-
-// spreadServeRole is the smaller change that passes the model: a batch of
-// two or more is spread to workers at any GOMAXPROCS, so the holder never
-// has a second connection of a batch to run (the renewal goes).
-var spreadServeRole = func() serveRoleMachine {
-	m := realServeRole
-	m.name, m.spreadAlways = "spread", true
+	m.name, m.spreadAlways, m.nextInLoop, m.kickMore = "fixed", false, true, true
 	return m
 }()
 

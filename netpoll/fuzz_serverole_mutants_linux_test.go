@@ -7,12 +7,11 @@ import "testing"
 // that the model catches every one, with the invariant named: the fuzz
 // target would find such a bug. The roles are broken from fixedServeRole,
 // which keeps a batch on the role at GOMAXPROCS=1 so that the windows of a
-// batch are reached, and which passes the model where the real role does
-// not (FuzzServeRole's comment); first the test checks that it and
-// spreadServeRole pass every seed. Three of the mutants put back what the
-// real role does today. The seeds run at GOMAXPROCS 1 and 2.
+// batch are reached; first the test checks that it and the real role pass
+// every seed. Three of the mutants put back what the role did as first
+// written (FuzzServeRole's comment). The seeds run at GOMAXPROCS 1 and 2.
 func TestServeRoleModelCatchesBrokenMachines(t *testing.T) {
-	for _, base := range []serveRoleMachine{fixedServeRole, spreadServeRole} {
+	for _, base := range []serveRoleMachine{fixedServeRole, realServeRole} {
 		for _, s := range serveRoleSeeds {
 			for _, procs := range []int{1, 2} {
 				if err := runServeRoleModel(base, procs, s); err != nil {
@@ -72,10 +71,10 @@ func serveRoleMutants() []serveRoleMutant {
 		{with("stay out for the next connection of a batch if a plain load finds the word unchanged (no CAS)", func(m *serveRoleMachine) {
 			m.nextInLoop, m.renewByLoad = false, true
 		}), "only the holder"},
-		{with("stay out for the next connection of a batch by the renewal's CAS (serverole_linux.go today)", func(m *serveRoleMachine) {
+		{with("stay out for the next connection of a batch by the renewal's CAS (the role as first written)", func(m *serveRoleMachine) {
 			m.nextInLoop = false
 		}), "only the holder"},
-		{with("a batch kept inline without the kick (serverole_linux.go today at GOMAXPROCS=1)", func(m *serveRoleMachine) {
+		{with("a batch kept inline without the kick (the role as first written, at GOMAXPROCS=1)", func(m *serveRoleMachine) {
 			m.kickMore = false
 		}), "stranded"},
 		{with("a takeover leaves the queue to the displaced holder", func(m *serveRoleMachine) { m.queueStays = true }), "stranded"},

@@ -13,12 +13,12 @@ import (
 
 // TestServeBatchBlockedOneP is FuzzServeRole's script "Bab" on a real
 // Server: at GOMAXPROCS=1 one poll readies two served connections, a and
-// b; a's handler runs inline and blocks outside netpoll until b's handler
-// has run. b waits in the role's queue: its edge was taken from the epoll
-// fd by that poll, so the armed watch port has nothing to fire on, and no
-// other event comes. Issue 35 asks that a handler that blocks pass the role
-// on; here b's handler must run while a's blocks. The watchdog fails the
-// test rather than hang.
+// b; a's handler blocks outside netpoll until b's handler has run. Run
+// inline after a, as the role first did, b waited in the role's queue with
+// its edge taken from the epoll fd by that poll, so the armed watch port
+// had nothing to fire on and no other event came: the test failed at its
+// watchdog. b now runs on a worker (serveRole.spread). The watchdog fails
+// the test rather than hang.
 func TestServeBatchBlockedOneP(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	g := newGroup(t, cfgOf(t, "spin=off"))
