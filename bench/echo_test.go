@@ -264,6 +264,10 @@ func (m *meter) report(b *testing.B) {
 		b.ReportMetric(d("/netpoll/epoll/ctl-add:calls", "/netpoll/epoll/ctl-mod:calls", "/netpoll/epoll/ctl-del:calls"), "epoll_ctl/op")
 		b.ReportMetric(d("/netpoll/epoll/waits:calls"), "epoll_wait/op")
 		b.ReportMetric(d("/netpoll/parks/read:operations", "/netpoll/parks/write:operations"), "parks/op")
+		// The watch port's arms and disarms (wait=inline, and a Server's
+		// handlers run inline), and the role taken by its watcher.
+		b.ReportMetric(d("/netpoll/watch/arms:calls", "/netpoll/watch/disarms:calls"), "watch-ctl/op")
+		b.ReportMetric(d("/netpoll/inline/takeovers:calls"), "takeovers/op")
 	}
 }
 
