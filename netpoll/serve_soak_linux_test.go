@@ -55,7 +55,38 @@ func TestServeSoak(t *testing.T) {
 	})
 }
 
+// TestServeSoakBlocking is the soak with handlers that block outside
+// netpoll (a sleep of up to 2 ms before one echo in three, as a backend call
+// would), at GOMAXPROCS 1 and 2, with handlers run inline (the default, with
+// spinning and without) and on a goroutine per call (dispatch=go): the role
+// passes on while a handler sleeps, connections are demoted and promoted,
+// batches spread to workers. Nothing may be lost or left hanging, and
+// Shutdown and Group.Close must leave no goroutine (the pool's workers and
+// watcher included) and no fd.
+func TestServeSoakBlocking(t *testing.T) {
+	conns := 120
+	if raceEnabled {
+		conns = 60
+	}
+	const rounds = 6
+	initRuntimePoller(t)
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("%d connections × %d messages per configuration, seed %d", conns, rounds, seed)
+	for _, procs := range []int{1, 2} {
+		for _, exp := range []string{"", "spin=off", "dispatch=go"} {
+			t.Run(fmt.Sprintf("procs=%d/%s", procs, exp), func(t *testing.T) {
+				defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+				serveSoakWith(t, cfgOf(t, exp), conns, rounds, seed, true)
+			})
+		}
+	}
+}
+
 func serveSoak(t *testing.T, cfg netpoll.Config, conns, rounds int, seed uint64) {
+	serveSoakWith(t, cfg, conns, rounds, seed, false)
+}
+
+func serveSoakWith(t *testing.T, cfg netpoll.Config, conns, rounds int, seed uint64, blocking bool) {
 	goroutines, fds := runtime.NumGoroutine(), countFDs(t)
 	stopWatchdog, stop := watchdog(t, 5*time.Minute)
 	done := sync.OnceFunc(stopWatchdog)
@@ -65,8 +96,13 @@ func serveSoak(t *testing.T, cfg netpoll.Config, conns, rounds int, seed uint64)
 		t.Fatal(err)
 	}
 	var bad atomic.Int64
+	var sessions atomic.Uint64
 	s := &netpoll.Server{NewHandler: func(c net.Conn) netpoll.Handler {
-		return &soakSession{br: bufio.NewReaderSize(c, 512), bad: &bad}
+		ss := &soakSession{br: bufio.NewReaderSize(c, 512), bad: &bad}
+		if blocking {
+			ss.rng = rand.New(rand.NewPCG(seed, sessions.Add(1)))
+		}
+		return ss
 	}}
 	l, err := g.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
@@ -94,7 +130,7 @@ func serveSoak(t *testing.T, cfg netpoll.Config, conns, rounds int, seed uint64)
 	for err := range errs {
 		t.Error(err)
 	}
-	st, ho := s.Stats(), readHandOffs(t, s)
+	st, ho, in := s.Stats(), readHandOffs(t, s), readInline(t, g, s)
 	if err := s.Shutdown(context.Background()); err != nil {
 		t.Errorf("Shutdown: %v", err)
 	}
@@ -113,14 +149,16 @@ func serveSoak(t *testing.T, cfg netpoll.Config, conns, rounds int, seed uint64)
 	}
 	done() // the watchdog's goroutine
 	awaitGoroutines(t, goroutines)
-	t.Logf("%d messages, %d bytes echoed and checked, 0 lost; handler calls %d, hand-offs %d (checks %d, skips %d)",
-		echoed.Load(), bytesEchoed.Load(), st.HandlerRuns, ho.HandOffs, ho.Checks, ho.Skips)
+	t.Logf("%d messages, %d bytes echoed and checked, 0 lost; handler calls %d, hand-offs %d (checks %d, skips %d); inline %+v",
+		echoed.Load(), bytesEchoed.Load(), st.HandlerRuns, ho.HandOffs, ho.Checks, ho.Skips, in)
 }
 
-// soakSession echoes the soak's messages, checking each.
+// soakSession echoes the soak's messages, checking each; with rng, it
+// sleeps up to 2 ms before one echo in three (TestServeSoakBlocking).
 type soakSession struct {
 	br  *bufio.Reader
 	bad *atomic.Int64
+	rng *rand.Rand
 }
 
 func (ss *soakSession) ServeConn(c net.Conn) error {
@@ -137,6 +175,9 @@ func (ss *soakSession) ServeConn(c net.Conn) error {
 		if crc32.ChecksumIEEE(msg[soakHeader:]) != binary.LittleEndian.Uint32(hdr[8:]) {
 			ss.bad.Add(1)
 			return errors.New("corrupt message")
+		}
+		if ss.rng != nil && ss.rng.IntN(3) == 0 {
+			time.Sleep(time.Duration(ss.rng.IntN(2000)) * time.Microsecond) // the behaviour under test: a handler blocked outside netpoll
 		}
 		if _, err := c.Write(msg); err != nil {
 			return err
