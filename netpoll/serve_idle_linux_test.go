@@ -417,10 +417,11 @@ func idleShutdown(t *testing.T, impl, stopWith string, timeout time.Duration) {
 	const conns = 50
 	done, stop := watchdog(t, 30*time.Second)
 	defer done()
-	// The baseline is taken before the group, which is closed before the
-	// count: a poller that has run handlers inline keeps a watcher and
+	// The baseline is taken before the group (once the runtime's own
+	// poller has its fds), which is closed before the count: a poller that has run handlers inline keeps a watcher and
 	// idle workers (serverole_linux.go) while it is open, and every one of
 	// them must be gone once it is closed.
+	initRuntimePoller(t)
 	goroutines, fds := runtime.NumGoroutine(), countFDs(t)
 	var g *netpoll.Group
 	if impl == "netpoll" {

@@ -520,6 +520,7 @@ func TestServeGroupCloseFromHandler(t *testing.T) {
 	stopClock(t)
 	done, stop := watchdog(t, time.Minute)
 	defer done()
+	initRuntimePoller(t)
 	goroutines, fds := runtime.NumGoroutine(), countFDs(t)
 	g := newGroup(t, cfgOf(t, "spin=off"))
 	l := listen(t, g, "tcp")

@@ -480,7 +480,13 @@ type workerPool struct {
 	done bool
 }
 
-const maxIdleWorkers = 8
+// maxIdleWorkers bounds the idle workers a poller keeps: a batch's extra
+// connections each take one (spread), so a busy server with one P, where
+// they run one after another, reuses them instead of starting a goroutine
+// per connection (counted: /netpoll/serve/workers-started:goroutines). At
+// most 32 parked goroutines per poller, kept once a burst made them, about
+// 8 KiB of stack each; none while the poller never served a batch.
+const maxIdleWorkers = 32
 
 type worker struct{ wake chan job }
 

@@ -255,7 +255,7 @@ var statTable = func() []stat {
 	counter("/netpoll/inline/crowd-handoffs:calls", "wait=inline: times a holder gave the role up because a crowd was parked.", cCrowdHandoffs)
 	counter("/netpoll/watch/arms:calls", "wait=inline: times the watch port was armed (EPOLL_CTL_MOD), so that the first event wakes the poller's goroutine.", cWatchArms)
 	counter("/netpoll/watch/disarms:calls", "wait=inline: times the watch port was disarmed (EPOLL_CTL_MOD).", cWatchDisarms)
-	counter("/netpoll/serve/workers-started:goroutines", "Goroutines a poller that runs handlers inline started: the watcher, and workers for calls off the inline path (kept idle up to 8).", cWorkersStarted)
+	counter("/netpoll/serve/workers-started:goroutines", "Goroutines a poller that runs handlers inline started: the watcher, and workers for calls off the inline path (kept idle up to 32).", cWorkersStarted)
 	counter("/netpoll/watch/idle-fires:calls", "wait=inline: watch port fires that found the role no longer out (the poller's goroutine went back to wait).", cWatchIdleFires)
 	counter("/netpoll/level-disarms:operations", "mode=lt: readers disarmed for not reading.", cLevelDisarms)
 	counter("/netpoll/accept/eagain:calls", "accept4 calls that found no connection: a woken acceptor another beat to it.", cAcceptEAGAIN)
