@@ -149,6 +149,8 @@ type inlineWait struct {
 	quit    chan struct{}         // closed by stop
 	lostErr atomic.Pointer[error] // the first failed epoll_ctl on the port (lose)
 	step    func(uintptr) bool    // holderStep, made once: a method value made per park would allocate
+	watchFn func(uintptr) bool    // watchStep, made once
+	took    bool                  // watchStep took the role; owned by the loop goroutine, the one watcher
 	aside   bool                  // the holder steps aside; owned by the holder
 	// held is the holders' pollStep, passed from one to the next with the
 	// role: the role word's CAS orders one holder's use before the next's.
@@ -162,7 +164,7 @@ type inlineWait struct {
 func newInlineWait(p *poller) (*inlineWait, error) {
 	iw := &inlineWait{p: p, kickfd: -1, quit: make(chan struct{})}
 	iw.word.Store(roleVacant) // the loop goroutine starts watching a disarmed port
-	iw.step = iw.holderStep
+	iw.step, iw.watchFn = iw.holderStep, iw.watchStep
 	iw.held = pollStep{p: p, spins: true}
 	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
@@ -583,33 +585,8 @@ func (iw *inlineWait) kick() {
 // point 5). A fire that finds the role otherwise (taken back by an
 // operation parking, or vacant) is an idle fire: the watcher waits again.
 func (iw *inlineWait) watch() bool {
-	took := false
-	err := iw.port.rc.Read(func(fd uintptr) bool {
-		if iw.port.fired(fd) {
-			for {
-				w := iw.word.Load()
-				next, ok, takeover := fireNext(w)
-				if next != w && !iw.word.CompareAndSwap(w, next) {
-					continue
-				}
-				if takeover {
-					iw.p.st.inc(cTakeovers)
-				}
-				if ok {
-					took = true
-					return true
-				}
-				iw.p.st.inc(cWatchIdleFires)
-				break
-			}
-		}
-		select {
-		case <-iw.quit:
-			return true
-		default:
-			return false
-		}
-	})
+	iw.took = false
+	err := iw.port.rc.Read(iw.watchFn)
 	if err != nil {
 		// The port's read deadline, set by retire: stopped, or the
 		// port lost and the role the loop's for good.
@@ -623,7 +600,37 @@ func (iw *inlineWait) watch() bool {
 		}
 		panic("netpoll: RawConn.Read on our own watch port failed: " + err.Error())
 	}
-	return took
+	return iw.took
+}
+
+// watchStep is watch's RawRead callback (made once, in watchFn: a closure
+// made per watch would allocate at every takeover and every call of the
+// loop, a Read with a deadline's each park).
+func (iw *inlineWait) watchStep(fd uintptr) bool {
+	if iw.port.fired(fd) {
+		for {
+			w := iw.word.Load()
+			next, ok, takeover := fireNext(w)
+			if next != w && !iw.word.CompareAndSwap(w, next) {
+				continue
+			}
+			if takeover {
+				iw.p.st.inc(cTakeovers)
+			}
+			if ok {
+				iw.took = true
+				return true
+			}
+			iw.p.st.inc(cWatchIdleFires)
+			break
+		}
+	}
+	select {
+	case <-iw.quit:
+		return true
+	default:
+		return false
+	}
 }
 
 // runInline is the loop goroutine of waitInline: the watcher while the role

@@ -194,7 +194,7 @@ func (p *poller) start() error {
 			p.serve.rc, p.serve.file = rc, nested
 			// The first holder; the role's last holder closes p.stopped
 			// and releases the spin slot (serveRole.stop).
-			go p.serve.pool.work(&worker{wake: make(chan job, 1)}, job{kind: jobHold})
+			go p.serve.pool.work(p.serve.newWorker(), job{kind: jobHold})
 			return nil
 		}
 	}

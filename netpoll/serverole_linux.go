@@ -202,9 +202,9 @@ func (sr *serveRole) queued(sc *serverConn) { sr.queue = append(sr.queue, sc) }
 // the watcher. It returns false once the poller has stopped, true when the
 // goroutine has nothing left to do: displaced, with another watcher in
 // place, it may go to the pool.
-func (sr *serveRole) run(holding bool) bool {
+func (sr *serveRole) run(wk *worker, holding bool) bool {
 	for {
-		if !holding && !sr.watch() {
+		if !holding && !sr.watch(wk) {
 			return false
 		}
 		if sr.hold() {
@@ -383,33 +383,10 @@ func (sr *serveRole) becomeWatcher() bool {
 // watch is the watcher's wait: RawRead on the port until it fires with the
 // role out (a takeover: true, the caller holds the role), or the poller
 // stopped (false). The port is polled first in every callback.
-func (sr *serveRole) watch() bool {
-	took := false
-	err := sr.port.rc.Read(func(fd uintptr) bool {
-		if sr.port.fired(fd) {
-			for {
-				w := sr.word.Load()
-				next, ok := srFireNext(w)
-				if !ok {
-					sr.p.st.inc(cWatchIdleFires)
-					break
-				}
-				if sr.word.CompareAndSwap(w, next) {
-					sr.takenAt.Store(int64(serveClock()))
-					sr.p.st.inc(cTakeovers)
-					took = true
-					return true
-				}
-			}
-		}
-		select {
-		case <-sr.quit:
-			return true
-		default:
-			return false
-		}
-	})
-	if took {
+func (sr *serveRole) watch(wk *worker) bool {
+	wk.took = false
+	err := sr.port.rc.Read(wk.watchFn)
+	if wk.took {
 		return true
 	}
 	select {
@@ -418,6 +395,35 @@ func (sr *serveRole) watch() bool {
 	default:
 	}
 	panic("netpoll: RawConn.Read on our own watch port failed: " + errString(err))
+}
+
+// watchStep is watch's RawRead callback for the worker wk, made once per
+// worker (worker.watchFn): a closure made per watch would allocate at each
+// takeover, and the flag is the goroutine's own, since a displaced holder
+// may become the next watcher while this one is still returning.
+func (sr *serveRole) watchStep(wk *worker, fd uintptr) bool {
+	if sr.port.fired(fd) {
+		for {
+			w := sr.word.Load()
+			next, ok := srFireNext(w)
+			if !ok {
+				sr.p.st.inc(cWatchIdleFires)
+				break
+			}
+			if sr.word.CompareAndSwap(w, next) {
+				sr.takenAt.Store(int64(serveClock()))
+				sr.p.st.inc(cTakeovers)
+				wk.took = true
+				return true
+			}
+		}
+	}
+	select {
+	case <-sr.quit:
+		return true
+	default:
+		return false
+	}
 }
 
 // kick makes an event on E1, so that the watcher takes a role left out by
@@ -488,7 +494,18 @@ type workerPool struct {
 // 8 KiB of stack each; none while the poller never served a batch.
 const maxIdleWorkers = 32
 
-type worker struct{ wake chan job }
+type worker struct {
+	wake    chan job
+	watchFn func(uintptr) bool // serveRole.watchStep for this worker, made with it
+	took    bool               // watchStep took the role
+}
+
+// newWorker makes a worker of sr's pool.
+func (sr *serveRole) newWorker() *worker {
+	wk := &worker{wake: make(chan job, 1)}
+	wk.watchFn = func(fd uintptr) bool { return sr.watchStep(wk, fd) }
+	return wk
+}
 
 type jobKind uint8
 
@@ -526,7 +543,7 @@ func (wp *workerPool) give(j job) {
 	}
 	wp.mu.Unlock()
 	wp.sr.p.st.inc(cWorkersStarted)
-	go wp.work(&worker{wake: make(chan job, 1)}, j)
+	go wp.work(wp.sr.newWorker(), j)
 }
 
 // work is a worker's life: jobs until the pool stops or has enough idle.
@@ -536,7 +553,7 @@ func (wp *workerPool) work(w *worker, j job) {
 		case jobExit:
 			return
 		case jobWatch, jobHold:
-			if !wp.sr.run(j.kind == jobHold) {
+			if !wp.sr.run(w, j.kind == jobHold) {
 				return
 			}
 		case jobRun:
