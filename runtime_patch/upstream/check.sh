@@ -29,7 +29,8 @@
 #                                    doc comment)
 #   go test -run TestDependencies go/build
 #                                    (internal/poll now imports internal/godebug)
-#   go test -short net internal/poll with GODEBUG=netpollzeroread=1
+#   go test -short net internal/poll os os/signal net/http
+#                                    with GODEBUG=netpollzeroread=1
 #   go test -run ZeroByte net        (without -short) with GODEBUG empty and
 #                                    with GODEBUG=netpollzeroread=1
 # It runs every step, prints a summary, and exits 1 if any step failed.
@@ -190,7 +191,7 @@ done
 
 step "GODEBUG empty: go test -short" go test -short -count=1 net internal/poll internal/syscall/unix internal/godebug internal/godebugs runtime/metrics
 step "go test -run TestDependencies go/build" go test -count=1 -run TestDependencies go/build
-step "GODEBUG=netpollzeroread=1: go test -short" env GODEBUG=netpollzeroread=1 go test -short -count=1 net internal/poll
+step "GODEBUG=netpollzeroread=1: go test -short" env GODEBUG=netpollzeroread=1 go test -short -count=1 net internal/poll os os/signal net/http
 step "GODEBUG empty: go test -run ZeroByte net" go test -count=1 -v -run ZeroByte net
 step "GODEBUG=netpollzeroread=1: go test -run ZeroByte net" env GODEBUG=netpollzeroread=1 go test -count=1 -v -run ZeroByte net
 
