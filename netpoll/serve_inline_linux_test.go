@@ -192,6 +192,10 @@ func TestServeInlineHops(t *testing.T) {
 				}
 			}
 			awaitRest(t, g, s, stop)
+			// The accept loop's next Accept parks once: before the count.
+			if !netpoll.AwaitReadState(l, "waiting", stop) {
+				t.Fatal("the Server's Accept never parked")
+			}
 			const n = 2000
 			before, created := readInline(t, g, s), goroutinesCreated()
 			for range n {
