@@ -29,7 +29,11 @@
 # the reason when it cannot make one, unless CI is set); n
 # eventpoll fds and Ms waiting on single shards for netpollshards, and for
 # netpollshortread reads failing with EAGAIN down to a tenth of the stock
-# count in a ping-pong whose reads are all short (under strace), and for
+# count in a ping-pong whose reads are all short (under strace), and no
+# skip where it would wait for an edge that does not come (SO_RCVLOWAT set
+# through a RawConn, Dialer.Control, ListenConfig.Control or on a socket
+# net meets through FileConn; the urgent mark after recv(MSG_OOB) through
+# RawRead; MPTCP), each Read against a watchdog; and for
 # netpollzeroread a zero-byte Read that waits for a later write, returns at
 # once for queued data with no new edge, ends with a deadline and with
 # Close, and leaves a reset for the next Read (stock: returns at once). It runs
@@ -152,6 +156,7 @@ if [[ -x $tmp/check ]]; then
 	step "check spinquota" "$tmp/check" spinquota
 	step "check shards" "$tmp/check" shards
 	step "check shortread" "$tmp/check" shortread
+	step "check shortsafe" "$tmp/check" shortsafe
 	step "check zeroread" "$tmp/check" zeroread
 fi
 

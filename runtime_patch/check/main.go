@@ -2,7 +2,7 @@
 // program built with the patched toolchain (runtime_patch/build.sh). It runs
 // itself as a child with GODEBUG set and looks at what the child did:
 //
-//	check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|spinquota|shards|shortread
+//	check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|spinquota|shards|shortread|shortsafe|zeroread
 //
 // The checks:
 //
@@ -51,6 +51,16 @@
 //     the stock count (about one per round per side), with read skips
 //     and a write skip counted by the runtime; every byte is checked.
 //     See shortread.go.
+//   - shortsafe: the reads netpollshortread=1 must not skip, each in a
+//     child with and without the setting: SO_RCVLOWAT=64 set through a
+//     connection's RawConn, through Dialer.Control, through
+//     ListenConfig.Control (inherited by the accepted connection) and on
+//     a socket that net only meets through FileConn; the urgent byte
+//     taken through RawRead. Each reads 10 bytes that stock Go reads at
+//     once, after a short read, and must get them before a 5 s watchdog
+//     instead of waiting for an edge that does not come. A ping-pong of
+//     short reads over MPTCP must take no skip, one over TCP must. See
+//     shortsafe.go.
 //   - zeroread: a child, with netpollzeroread=1 and without, asserts what a
 //     Read of zero bytes from a TCP or unix stream socket does: with the
 //     setting it waits for a later write (parked in waitReadable), returns
@@ -63,7 +73,7 @@
 //
 // Check fails unless runtime.Version names the patched toolchain, since a
 // stock runtime ignores the settings. The child form is
-// "check child pingpong|echo|epollfds|accept|idle|shortread|zeroread [-n rounds] [-pairs n] [-peer addr] [-sleeps n] [-on]";
+// "check child pingpong|echo|epollfds|accept|idle|shortread|shortsafe|zeroread [-n rounds] [-pairs n] [-peer addr] [-sleeps n] [-case name] [-on]";
 // it is for check's own use, and for measuring: "accept" dials n connections one
 // after another to a listener that one goroutine accepts from, and prints
 // the accepts and the process's context switches, for the runtime counters
@@ -100,7 +110,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return errors.New("usage: check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|spinquota|shards|shortread|zeroread")
+		return errors.New("usage: check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|spinquota|shards|shortread|shortsafe|zeroread")
 	}
 	if !strings.Contains(runtime.Version(), "edgepoll") {
 		return fmt.Errorf("built with %s, not the patched toolchain: the settings would be ignored", runtime.Version())
@@ -125,6 +135,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return c.shortRead()
 	case "zeroread":
 		return c.zeroRead()
+	case "shortsafe":
+		return c.shortSafe()
 	}
 	return fmt.Errorf("unknown check %q", fs.Arg(0))
 }

@@ -377,3 +377,30 @@ func TestCPUGroupEnter(t *testing.T) {
 		t.Errorf("the command ran as pid %q, the group was given pid %q", got, want)
 	}
 }
+
+func TestJudgeShortSafe(t *testing.T) {
+	tests := []struct {
+		name, kase string
+		on         bool
+		report     string
+		skips      uint64
+		fail       bool
+	}{
+		{name: "stock without skips", kase: "tcp", report: "rounds=200"},
+		{name: "stock with a skip", kase: "tcp", report: "rounds=200", skips: 1, fail: true},
+		{name: "tcp skips every round", kase: "tcp", on: true, report: "rounds=200", skips: 398},
+		{name: "tcp skips too few", kase: "tcp", on: true, report: "rounds=200", skips: shortSafeRounds - 1, fail: true},
+		{name: "mptcp no skip", kase: "mptcp", on: true, report: "rounds=200"},
+		{name: "mptcp skipped", kase: "mptcp", on: true, report: "rounds=200", skips: 1, fail: true},
+		{name: "mptcp unavailable", kase: "mptcp", on: true, report: "skip: no MPTCP connection", skips: 0},
+		{name: "rcvlowat read", kase: "rcvlowat-conn", on: true, report: "read=10 in=2µs"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := judgeShortSafe(tt.kase, tt.on, tt.report, tt.skips)
+			if (err != nil) != tt.fail {
+				t.Errorf("judgeShortSafe(%q, %v, %q, %d) = %v; want failure %v", tt.kase, tt.on, tt.report, tt.skips, err, tt.fail)
+			}
+		})
+	}
+}
