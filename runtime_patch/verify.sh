@@ -33,7 +33,9 @@
 # skip where it would wait for an edge that does not come (SO_RCVLOWAT set
 # through a RawConn, Dialer.Control, ListenConfig.Control or on a socket
 # net meets through FileConn; the urgent mark after recv(MSG_OOB) through
-# RawRead; MPTCP), each Read against a watchdog; and for
+# RawRead; MPTCP), each Read against a watchdog, and no skip taken while
+# a run queue holds goroutines (GOMAXPROCS=1, a stream read while
+# goroutines keep the run queue busy); and for
 # netpollzeroread a zero-byte Read that waits for a later write, returns at
 # once for queued data with no new edge, ends with a deadline and with
 # Close, and leaves a reset for the next Read (stock: returns at once). It runs
@@ -157,6 +159,7 @@ if [[ -x $tmp/check ]]; then
 	step "check shards" "$tmp/check" shards
 	step "check shortread" "$tmp/check" shortread
 	step "check shortsafe" "$tmp/check" shortsafe
+	step "check shortload" "$tmp/check" shortload
 	step "check zeroread" "$tmp/check" zeroread
 fi
 

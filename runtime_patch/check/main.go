@@ -2,7 +2,7 @@
 // program built with the patched toolchain (runtime_patch/build.sh). It runs
 // itself as a child with GODEBUG set and looks at what the child did:
 //
-//	check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|spinquota|shards|shortread|shortsafe|zeroread
+//	check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|spinquota|shards|shortread|shortsafe|shortload|zeroread
 //
 // The checks:
 //
@@ -61,6 +61,11 @@
 //     instead of waiting for an edge that does not come. A ping-pong of
 //     short reads over MPTCP must take no skip, one over TCP must. See
 //     shortsafe.go.
+//   - shortload: a child with GOMAXPROCS=1 and netpollshortread=1 reads a
+//     stream of short messages while goroutines keep the run queue busy:
+//     the runtime must take no skip with a run queue non-empty
+//     (shortread-runq-skips), must decline some for it, and must still
+//     skip in a ping-pong with nothing else to run. See shortload.go.
 //   - zeroread: a child, with netpollzeroread=1 and without, asserts what a
 //     Read of zero bytes from a TCP or unix stream socket does: with the
 //     setting it waits for a later write (parked in waitReadable), returns
@@ -73,7 +78,7 @@
 //
 // Check fails unless runtime.Version names the patched toolchain, since a
 // stock runtime ignores the settings. The child form is
-// "check child pingpong|echo|epollfds|accept|idle|shortread|shortsafe|zeroread [-n rounds] [-pairs n] [-peer addr] [-sleeps n] [-case name] [-on]";
+// "check child pingpong|echo|epollfds|accept|idle|shortread|shortsafe|shortload|zeroread [-n rounds] [-pairs n] [-peer addr] [-sleeps n] [-case name] [-on]";
 // it is for check's own use, and for measuring: "accept" dials n connections one
 // after another to a listener that one goroutine accepts from, and prints
 // the accepts and the process's context switches, for the runtime counters
@@ -110,7 +115,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return errors.New("usage: check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|spinquota|shards|shortread|shortsafe|zeroread")
+		return errors.New("usage: check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|spinquota|shards|shortread|shortsafe|shortload|zeroread")
 	}
 	if !strings.Contains(runtime.Version(), "edgepoll") {
 		return fmt.Errorf("built with %s, not the patched toolchain: the settings would be ignored", runtime.Version())
@@ -137,6 +142,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return c.zeroRead()
 	case "shortsafe":
 		return c.shortSafe()
+	case "shortload":
+		return c.shortLoad()
 	}
 	return fmt.Errorf("unknown check %q", fs.Arg(0))
 }
