@@ -27,7 +27,8 @@
 # ping-pong runs in a cgroup with a quota of 0.5 CPU, and none refused
 # without it (it makes the cgroup, v1 or v2, and removes it; skipped with
 # the reason when it cannot make one, unless CI is set); n
-# eventpoll fds and Ms waiting on single shards for netpollshards, and for
+# eventpoll fds and Ms waiting on single shards for netpollshards, and no M
+# left in epoll_wait on a shard once its last fd is closed, and for
 # netpollshortread reads failing with EAGAIN down to a tenth of the stock
 # count in a ping-pong whose reads are all short (under strace), and no
 # skip where it would wait for an edge that does not come (SO_RCVLOWAT set
@@ -157,6 +158,7 @@ if [[ -x $tmp/check ]]; then
 	step "check spinauto" "$tmp/check" spinauto
 	step "check spinquota" "$tmp/check" spinquota
 	step "check shards" "$tmp/check" shards
+	step "check shardlast" "$tmp/check" shardlast
 	step "check shortread" "$tmp/check" shortread
 	step "check shortsafe" "$tmp/check" shortsafe
 	step "check shortload" "$tmp/check" shortload

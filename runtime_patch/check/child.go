@@ -64,6 +64,13 @@ func child(args []string, stdout io.Writer) error {
 		return nil
 	case "zeroread":
 		return zeroReadChild(*want, stdout)
+	case "shardlast":
+		line, err := shardLastChild()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, line)
+		return nil
 	case "shortload":
 		line, err := shortLoadChild(*rounds)
 		if err != nil {

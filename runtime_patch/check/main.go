@@ -2,7 +2,7 @@
 // program built with the patched toolchain (runtime_patch/build.sh). It runs
 // itself as a child with GODEBUG set and looks at what the child did:
 //
-//	check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|spinquota|shards|shortread|shortsafe|shortload|zeroread
+//	check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|spinquota|shards|shardlast|shortread|shortsafe|shortload|zeroread
 //
 // The checks:
 //
@@ -44,6 +44,10 @@
 //     ping-pong with GOMAXPROCS=1 must show none (blocked pollers never
 //     outnumber idle Ps, and the one blocking poller takes the only idle
 //     P). Without the setting, none at all.
+//   - shardlast: with netpollshards=2 and GOMAXPROCS=4, a child waits
+//     until /proc/self/task shows an M in epoll_wait on shard 1, closes
+//     the shard's last fds, and wants no M left in epoll_wait on it
+//     within 5 s. See shardlast.go.
 //   - shortread: the child ping-pongs 64-byte messages over loopback TCP,
 //     read with a 4096-byte buffer so that every read is short, then
 //     writes 16 MiB in one Write, under strace. With netpollshortread=1
@@ -78,7 +82,7 @@
 //
 // Check fails unless runtime.Version names the patched toolchain, since a
 // stock runtime ignores the settings. The child form is
-// "check child pingpong|echo|epollfds|accept|idle|shortread|shortsafe|shortload|zeroread [-n rounds] [-pairs n] [-peer addr] [-sleeps n] [-case name] [-on]";
+// "check child pingpong|echo|epollfds|accept|idle|shardlast|shortread|shortsafe|shortload|zeroread [-n rounds] [-pairs n] [-peer addr] [-sleeps n] [-case name] [-on]";
 // it is for check's own use, and for measuring: "accept" dials n connections one
 // after another to a listener that one goroutine accepts from, and prints
 // the accepts and the process's context switches, for the runtime counters
@@ -115,7 +119,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return errors.New("usage: check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|spinquota|shards|shortread|shortsafe|shortload|zeroread")
+		return errors.New("usage: check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|spinquota|shards|shardlast|shortread|shortsafe|shortload|zeroread")
 	}
 	if !strings.Contains(runtime.Version(), "edgepoll") {
 		return fmt.Errorf("built with %s, not the patched toolchain: the settings would be ignored", runtime.Version())
@@ -144,6 +148,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return c.shortSafe()
 	case "shortload":
 		return c.shortLoad()
+	case "shardlast":
+		return c.shardLast()
 	}
 	return fmt.Errorf("unknown check %q", fs.Arg(0))
 }

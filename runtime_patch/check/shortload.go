@@ -39,7 +39,7 @@ import (
 
 const (
 	shortLoadMsgs = 100000 // messages streamed in phase 2
-	shortLoadBusy = 3     // goroutines keeping the run queue non-empty
+	shortLoadBusy = 3      // goroutines keeping the run queue non-empty
 )
 
 func (c checker) shortLoad() error {
