@@ -2,7 +2,7 @@
 // program built with the patched toolchain (runtime_patch/build.sh). It runs
 // itself as a child with GODEBUG set and looks at what the child did:
 //
-//	check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|spinquota|shards|shardlast|shortread|shortsafe|shortload|zeroread
+//	check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|spinquota|spinpoller|shards|shardlast|shortread|shortsafe|shortload|zeroread
 //
 // The checks:
 //
@@ -31,6 +31,10 @@
 //     without the quota, where auto must spin. Skipped, with the reason,
 //     where no such cgroup can be made, unless CI is set. See
 //     spinquota.go.
+//   - spinpoller: four in-process ping-pongs with GOMAXPROCS=4 and
+//     netpollspin=50: no M may block in netpoll while a session runs
+//     (spin-beside-poller=0), the spinner holding the poller role. See
+//     spinpoller.go.
 //   - shards: the child, with one P, opens a listener and 160 loopback
 //     connections (320 fds, more than one block of 256 fd numbers) and
 //     reads /proc/self/fd and each eventpoll fd's /proc/self/fdinfo: with
@@ -119,7 +123,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return errors.New("usage: check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|spinquota|shards|shardlast|shortread|shortsafe|shortload|zeroread")
+		return errors.New("usage: check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|spinquota|spinpoller|shards|shardlast|shortread|shortsafe|shortload|zeroread")
 	}
 	if !strings.Contains(runtime.Version(), "edgepoll") {
 		return fmt.Errorf("built with %s, not the patched toolchain: the settings would be ignored", runtime.Version())
@@ -138,6 +142,8 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return c.spinAuto()
 	case "spinquota":
 		return c.spinQuota()
+	case "spinpoller":
+		return c.spinPoller()
 	case "shards":
 		return c.shards(*shards)
 	case "shortread":
