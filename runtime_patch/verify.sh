@@ -30,7 +30,8 @@
 # under strace for netpolloneshot, goroutines found by the spinning P for
 # netpollspin (a ping-pong and its echo peer pinned to CPUs 0 and 1 with
 # taskset), the same for netpollspin=auto and, in an idle window after the
-# traffic, no more spin sessions than the adaptive policy's bound; for
+# traffic, no more spin sessions than the adaptive policy's bound; no M
+# blocked in netpoll while one spins (four ping-pongs at GOMAXPROCS=4); for
 # netpollspin=auto's quota gate, spins refused by the runtime when the
 # ping-pong runs in a cgroup with a quota of 0.5 CPU, and none refused
 # without it (it makes the cgroup, v1 or v2, and removes it; skipped with
@@ -187,6 +188,7 @@ if [[ -x $tmp/check ]]; then
 	step "check spin" "$tmp/check" spin
 	step "check spinauto" "$tmp/check" spinauto
 	step "check spinquota" "$tmp/check" spinquota
+	step "check spinpoller" "$tmp/check" spinpoller
 	step "check shards" "$tmp/check" shards
 	step "check shardlast" "$tmp/check" shardlast
 	step "check shortread" "$tmp/check" shortread
