@@ -11,7 +11,8 @@
 #                   whose tests read pipes and sockets in every way; under
 #                   netpollzeroread also os)
 #                  (under a netpollspin or netpollshards setting also sync
-#                   and time, whose tests park and wake goroutines)
+#                   and time, whose tests park and wake goroutines; under
+#                   netpollspin=auto also internal/runtime/cgroup)
 #   go test -short -run '<scheduler, netpoll and timer tests>' runtime
 #                  (the $sched pattern below: TestNetpoll*, TestPreempt*,
 #                   TestGoroutineParallelism, TestTimerFairness, ...)
@@ -146,6 +147,9 @@ for s in "${settings[@]}"; do
 		# Scheduler changes: the sync and time suites park and wake
 		# goroutines every way.
 		pkgs+=(sync time)
+	fi
+	if [[ $s == *netpollspin=auto* ]]; then
+		pkgs+=(internal/runtime/cgroup) # 005's cpu.stat and cpu.max parsers
 	fi
 	step "$label: go test ${pkgs[*]}" go test -short -count=1 "${pkgs[@]}"
 	step "$label: go test -run '$sched' runtime" go test -short -count=1 -run "$sched" runtime
