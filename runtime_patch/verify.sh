@@ -23,7 +23,8 @@
 # than the root (shard 0 holds fds 0 to 255).
 # Then, for the recommended set together (netpollspin=auto,
 # netpollshortread=1,netpollzeroread=1 until the runtime issue after #36
-# names it): the full suites, not -short, of net, internal/poll,
+# names it): the full suites, not -short, of net (less the tests that
+# need the Internet or privileges, $offline below), internal/poll,
 # net/http, os, sync and time; go test -short runtime (all of it); and
 # go test -race -short of net, internal/poll, sync and time.
 # It then proves each setting is active with runtime_patch/check, built
@@ -77,6 +78,13 @@ goroot=${1:-${EDGEPOLL_GOROOT:-$HOME/.cache/edgepoll/$version}}
 goroot=$(cd "$goroot" 2>/dev/null && pwd) || { echo "verify.sh: no GOROOT at ${1:-${EDGEPOLL_GOROOT:-$HOME/.cache/edgepoll/$version}}; run build.sh first" >&2; exit 1; }
 cache=${EDGEPOLL_VERIFY_CACHE:-$(dirname "$goroot")/.verify-gocache}
 recommended=${EDGEPOLL_RECOMMENDED:-netpollspin=auto,netpollshortread=1,netpollzeroread=1}
+# The full net suite's tests that need what a build machine may lack and
+# that do not exercise the netpoller: the Internet's DNS (the Lookup
+# tests, which back off for 36 s each without it), an unroutable address
+# that no proxy answers (TestDialCancel) and the right to add dummy
+# interfaces (TestInterfaceArrivalAndDeparture*). The -short runs above
+# still run the ones that need none of it.
+offline='^Test(CgoLookup|Lookup|DialCancel|InterfaceArrivalAndDeparture|ConcurrentPreferGoResolversDial|ResolverLookupIP)'
 # The runtime's tests of the scheduler, the netpoller and timers, for each
 # setting alone: the parts of the runtime the settings change.
 sched='Netpoll|Sched|Preempt|GoroutineParallelism|BlockLocked|TimerFairness|GCFairness|NumGoroutine|PingPongHog|StealOrder|LockOSThread|Yield|StopTheWorld|Timer|Sleep|Spinning|Wakeup'
@@ -167,7 +175,8 @@ done
 # the race detector on net, internal/poll, sync and time.
 if [[ $recommended != - ]]; then
 	export GODEBUG=$recommended
-	step "$recommended: go test (full) net internal/poll net/http os sync time" go test -count=1 net internal/poll net/http os sync time
+	step "$recommended: go test (full) net" go test -count=1 -skip "$offline" net
+	step "$recommended: go test (full) internal/poll net/http os sync time" go test -count=1 internal/poll net/http os sync time
 	step "$recommended: go test -short runtime" go test -short -count=1 runtime
 	step "$recommended: go test -race -short net internal/poll sync time" go test -race -short -count=1 net internal/poll sync time
 fi
