@@ -10,26 +10,44 @@
 #                  (under a netpollshortread setting also os and os/exec,
 #                   whose tests read pipes and sockets in every way; under
 #                   netpollzeroread also os)
-#   go test -short -run Netpoll runtime   (TestNetpollBreak, TestNetpollDeadlock,
-#                                          TestNetpollWaiters)
+#                  (under a netpollspin or netpollshards setting also sync
+#                   and time, whose tests park and wake goroutines; under
+#                   netpollspin=auto also internal/runtime/cgroup)
+#   go test -short -run '<scheduler, netpoll and timer tests>' runtime
+#                  (the $sched pattern below: TestNetpoll*, TestPreempt*,
+#                   TestGoroutineParallelism, TestTimerFairness, ...)
 # netpollzeroread=1 combined with netpollshortread=1 and with
 # netpolloneshot=1 runs go test -short net internal/poll only.
 # Under a netpollshards setting it also runs the net and net/http tests
 # with 300 fds already open, so that their own fds are in shards other
 # than the root (shard 0 holds fds 0 to 255).
+# Then, for the recommended set together (netpollspin=auto,
+# netpollshortread=1,netpollzeroread=1 until the runtime issue after #36
+# names it): the full suites, not -short, of net (less the tests that
+# need the Internet or privileges, $offline below), internal/poll,
+# net/http, os, sync and time; go test -short runtime (all of it); and
+# go test -race -short of net, internal/poll, sync and time.
 # It then proves each setting is active with runtime_patch/check, built
 # with the patched toolchain (see check/main.go): one EPOLL_CTL_MOD per park
 # under strace for netpolloneshot, goroutines found by the spinning P for
 # netpollspin (a ping-pong and its echo peer pinned to CPUs 0 and 1 with
 # taskset), the same for netpollspin=auto and, in an idle window after the
-# traffic, no more spin sessions than the adaptive policy's bound; for
+# traffic, no more spin sessions than the adaptive policy's bound; no M
+# blocked in netpoll while one spins (four ping-pongs at GOMAXPROCS=4); for
 # netpollspin=auto's quota gate, spins refused by the runtime when the
 # ping-pong runs in a cgroup with a quota of 0.5 CPU, and none refused
 # without it (it makes the cgroup, v1 or v2, and removes it; skipped with
 # the reason when it cannot make one, unless CI is set); n
-# eventpoll fds and Ms waiting on single shards for netpollshards, and for
+# eventpoll fds and Ms waiting on single shards for netpollshards, and no M
+# left in epoll_wait on a shard once its last fd is closed, and for
 # netpollshortread reads failing with EAGAIN down to a tenth of the stock
-# count in a ping-pong whose reads are all short (under strace), and for
+# count in a ping-pong whose reads are all short (under strace), and no
+# skip where it would wait for an edge that does not come (SO_RCVLOWAT set
+# through a RawConn, Dialer.Control, ListenConfig.Control or on a socket
+# net meets through FileConn; the urgent mark after recv(MSG_OOB) through
+# RawRead; MPTCP), each Read against a watchdog, and no skip taken while
+# a run queue holds goroutines (GOMAXPROCS=1, a stream read while
+# goroutines keep the run queue busy); and for
 # netpollzeroread a zero-byte Read that waits for a later write, returns at
 # once for queued data with no new edge, ends with a deadline and with
 # Close, and leaves a reset for the next Read (stock: returns at once). It runs
@@ -41,6 +59,9 @@
 #   HOME                   only to form the default GOROOT above
 #   EDGEPOLL_VERIFY_CACHE  GOCACHE for the tests (default: .verify-gocache
 #                          next to GOROOT), kept between runs
+#   EDGEPOLL_RECOMMENDED   the GODEBUG value of the recommended set's deep
+#                          step (default netpollspin=auto,netpollshortread=1,
+#                          netpollzeroread=1); "-" skips that step
 #   EDGEPOLL_SETTINGS      space-separated GODEBUG values to test instead of
 #                          the nine above; write "-" for GODEBUG empty
 #   TMPDIR                 where the temporary HOME and check binary go
@@ -56,6 +77,17 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 goroot=${1:-${EDGEPOLL_GOROOT:-$HOME/.cache/edgepoll/$version}}
 goroot=$(cd "$goroot" 2>/dev/null && pwd) || { echo "verify.sh: no GOROOT at ${1:-${EDGEPOLL_GOROOT:-$HOME/.cache/edgepoll/$version}}; run build.sh first" >&2; exit 1; }
 cache=${EDGEPOLL_VERIFY_CACHE:-$(dirname "$goroot")/.verify-gocache}
+recommended=${EDGEPOLL_RECOMMENDED:-netpollspin=auto,netpollshortread=1,netpollzeroread=1}
+# The full net suite's tests that need what a build machine may lack and
+# that do not exercise the netpoller: the Internet's DNS (the Lookup
+# tests, which back off for 36 s each without it), an unroutable address
+# that no proxy answers (TestDialCancel) and the right to add dummy
+# interfaces (TestInterfaceArrivalAndDeparture*). The -short runs above
+# still run the ones that need none of it.
+offline='^Test(CgoLookup|Lookup|DialCancel|InterfaceArrivalAndDeparture|ConcurrentPreferGoResolversDial|ResolverLookupIP)'
+# The runtime's tests of the scheduler, the netpoller and timers, for each
+# setting alone: the parts of the runtime the settings change.
+sched='Netpoll|Sched|Preempt|GoroutineParallelism|BlockLocked|TimerFairness|GCFairness|NumGoroutine|PingPongHog|StealOrder|LockOSThread|Yield|StopTheWorld|Timer|Sleep|Spinning|Wakeup'
 read -r -a settings <<<"${EDGEPOLL_SETTINGS:-- netpolloneshot=1 netpollspin=50 netpollspin=auto netpollshards=4 netpollshortread=1 netpollzeroread=1 netpollzeroread=1,netpollshortread=1 netpollzeroread=1,netpolloneshot=1}"
 
 for v in $(compgen -e); do
@@ -119,8 +151,16 @@ for s in "${settings[@]}"; do
 	if [[ $s == *netpollzeroread* ]]; then
 		pkgs=(net internal/poll os os/signal net/http)
 	fi
+	if [[ $s == *netpollspin* || $s == *netpollshards* ]]; then
+		# Scheduler changes: the sync and time suites park and wake
+		# goroutines every way.
+		pkgs+=(sync time)
+	fi
+	if [[ $s == *netpollspin=auto* ]]; then
+		pkgs+=(internal/runtime/cgroup) # 005's cpu.stat and cpu.max parsers
+	fi
 	step "$label: go test ${pkgs[*]}" go test -short -count=1 "${pkgs[@]}"
-	step "$label: go test -run Netpoll runtime" go test -short -count=1 -run Netpoll runtime
+	step "$label: go test -run '$sched' runtime" go test -short -count=1 -run "$sched" runtime
 	if [[ $s == *netpollshards* ]]; then
 		for p in net net/http; do
 			t=$tmp/${p//\//_}.test
@@ -129,6 +169,17 @@ for s in "${settings[@]}"; do
 		done
 	fi
 done
+# The recommended set, all together, as deep as the changes go: the full
+# suites (not -short) of the packages the settings touch, the whole
+# runtime suite (-short: its scheduler, netpoll, timer and GC tests), and
+# the race detector on net, internal/poll, sync and time.
+if [[ $recommended != - ]]; then
+	export GODEBUG=$recommended
+	step "$recommended: go test (full) net" go test -count=1 -skip "$offline" net
+	step "$recommended: go test (full) internal/poll net/http os sync time" go test -count=1 internal/poll net/http os sync time
+	step "$recommended: go test -short runtime" go test -short -count=1 runtime
+	step "$recommended: go test -race -short net internal/poll sync time" go test -race -short -count=1 net internal/poll sync time
+fi
 unset GODEBUG
 
 if ! command -v strace >/dev/null && [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
@@ -150,13 +201,17 @@ if [[ -x $tmp/check ]]; then
 	step "check spin" "$tmp/check" spin
 	step "check spinauto" "$tmp/check" spinauto
 	step "check spinquota" "$tmp/check" spinquota
+	step "check spinpoller" "$tmp/check" spinpoller
 	step "check shards" "$tmp/check" shards
+	step "check shardlast" "$tmp/check" shardlast
 	step "check shortread" "$tmp/check" shortread
+	step "check shortsafe" "$tmp/check" shortsafe
+	step "check shortload" "$tmp/check" shortload
 	step "check zeroread" "$tmp/check" zeroread
 fi
 
 echo
-echo "verify.sh: ${#passed[@]} passed, ${#failed[@]} failed"
+echo "verify.sh: ${#passed[@]} passed, ${#failed[@]} failed in $((SECONDS / 60)) min $((SECONDS % 60)) s"
 for f in "${failed[@]}"; do
 	echo "  FAIL $f"
 done

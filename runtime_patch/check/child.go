@@ -20,6 +20,7 @@ func child(args []string, stdout io.Writer) error {
 	peer := fs.String("peer", "", "ping-pong against this echo address instead of an in-process peer")
 	fill := fs.Int("fill", 0, "open this many fds (of /dev/null) before the ping-pongs")
 	sleeps := fs.Int("sleeps", idleSleeps, "idle: sleeps in the idle window after the ping-pong")
+	safeCase := fs.String("case", "", "shortsafe: the case to run")
 	want := fs.Bool("on", false, "zeroread: expect GODEBUG=netpollzeroread=1 in effect")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -63,6 +64,27 @@ func child(args []string, stdout io.Writer) error {
 		return nil
 	case "zeroread":
 		return zeroReadChild(*want, stdout)
+	case "shardlast":
+		line, err := shardLastChild()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, line)
+		return nil
+	case "shortload":
+		line, err := shortLoadChild(*rounds)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, line)
+		return nil
+	case "shortsafe":
+		line, err := shortSafeChild(*safeCase)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, line)
+		return nil
 	case "epollfds":
 		line, err := epollFDs()
 		if err != nil {

@@ -2,7 +2,7 @@
 // program built with the patched toolchain (runtime_patch/build.sh). It runs
 // itself as a child with GODEBUG set and looks at what the child did:
 //
-//	check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|spinquota|shards|shortread
+//	check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|spinquota|spinpoller|shards|shardlast|shortread|shortsafe|shortload|zeroread
 //
 // The checks:
 //
@@ -31,6 +31,10 @@
 //     without the quota, where auto must spin. Skipped, with the reason,
 //     where no such cgroup can be made, unless CI is set. See
 //     spinquota.go.
+//   - spinpoller: four in-process ping-pongs with GOMAXPROCS=4 and
+//     netpollspin=50: no M may block in netpoll while a session runs
+//     (spin-beside-poller=0), the spinner holding the poller role. See
+//     spinpoller.go.
 //   - shards: the child, with one P, opens a listener and 160 loopback
 //     connections (320 fds, more than one block of 256 fd numbers) and
 //     reads /proc/self/fd and each eventpoll fd's /proc/self/fdinfo: with
@@ -44,6 +48,10 @@
 //     ping-pong with GOMAXPROCS=1 must show none (blocked pollers never
 //     outnumber idle Ps, and the one blocking poller takes the only idle
 //     P). Without the setting, none at all.
+//   - shardlast: with netpollshards=2 and GOMAXPROCS=4, a child waits
+//     until /proc/self/task shows an M in epoll_wait on shard 1, closes
+//     the shard's last fds, and wants no M left in epoll_wait on it
+//     within 5 s. See shardlast.go.
 //   - shortread: the child ping-pongs 64-byte messages over loopback TCP,
 //     read with a 4096-byte buffer so that every read is short, then
 //     writes 16 MiB in one Write, under strace. With netpollshortread=1
@@ -51,6 +59,21 @@
 //     the stock count (about one per round per side), with read skips
 //     and a write skip counted by the runtime; every byte is checked.
 //     See shortread.go.
+//   - shortsafe: the reads netpollshortread=1 must not skip, each in a
+//     child with and without the setting: SO_RCVLOWAT=64 set through a
+//     connection's RawConn, through Dialer.Control, through
+//     ListenConfig.Control (inherited by the accepted connection) and on
+//     a socket that net only meets through FileConn; the urgent byte
+//     taken through RawRead. Each reads 10 bytes that stock Go reads at
+//     once, after a short read, and must get them before a 5 s watchdog
+//     instead of waiting for an edge that does not come. A ping-pong of
+//     short reads over MPTCP must take no skip, one over TCP must. See
+//     shortsafe.go.
+//   - shortload: a child with GOMAXPROCS=1 and netpollshortread=1 reads a
+//     stream of short messages while goroutines keep the run queue busy:
+//     the runtime must take no skip with a run queue non-empty
+//     (shortread-runq-skips), must decline some for it, and must still
+//     skip in a ping-pong with nothing else to run. See shortload.go.
 //   - zeroread: a child, with netpollzeroread=1 and without, asserts what a
 //     Read of zero bytes from a TCP or unix stream socket does: with the
 //     setting it waits for a later write (parked in waitReadable), returns
@@ -63,7 +86,7 @@
 //
 // Check fails unless runtime.Version names the patched toolchain, since a
 // stock runtime ignores the settings. The child form is
-// "check child pingpong|echo|epollfds|accept|idle|shortread|zeroread [-n rounds] [-pairs n] [-peer addr] [-sleeps n] [-on]";
+// "check child pingpong|echo|epollfds|accept|idle|shardlast|shortread|shortsafe|shortload|zeroread [-n rounds] [-pairs n] [-peer addr] [-sleeps n] [-case name] [-on]";
 // it is for check's own use, and for measuring: "accept" dials n connections one
 // after another to a listener that one goroutine accepts from, and prints
 // the accepts and the process's context switches, for the runtime counters
@@ -100,7 +123,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return errors.New("usage: check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|spinquota|shards|shortread|zeroread")
+		return errors.New("usage: check [-n rounds] [-shards n] [-spin µs] oneshot|spin|spinauto|spinquota|spinpoller|shards|shardlast|shortread|shortsafe|shortload|zeroread")
 	}
 	if !strings.Contains(runtime.Version(), "edgepoll") {
 		return fmt.Errorf("built with %s, not the patched toolchain: the settings would be ignored", runtime.Version())
@@ -119,12 +142,20 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return c.spinAuto()
 	case "spinquota":
 		return c.spinQuota()
+	case "spinpoller":
+		return c.spinPoller()
 	case "shards":
 		return c.shards(*shards)
 	case "shortread":
 		return c.shortRead()
 	case "zeroread":
 		return c.zeroRead()
+	case "shortsafe":
+		return c.shortSafe()
+	case "shortload":
+		return c.shortLoad()
+	case "shardlast":
+		return c.shardLast()
 	}
 	return fmt.Errorf("unknown check %q", fs.Arg(0))
 }

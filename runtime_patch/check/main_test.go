@@ -286,11 +286,14 @@ func TestShortReadPingPong(t *testing.T) {
 
 func TestJudgeSpinQuota(t *testing.T) {
 	st := func(sessions, refused, mcpu int64) map[string]int64 {
-		return map[string]int64{"spin-sessions": sessions, "spin-quota-refused": refused, "spin-quota-mcpu": mcpu}
+		return map[string]int64{"spin-sessions": sessions, "spin-quota-refused": refused, "spin-quota-mcpu": mcpu, "spin-quota-period-us": quotaPeriodUS}
 	}
+	short := st(700, 8800, quotaMCPU)
+	short["spin-quota-period-us"] = shortPeriodUS
 	tests := []struct {
 		name         string
 		quota, auto  bool
+		period       int // 0: quotaPeriodUS
 		st           map[string]int64
 		missing, bad bool
 	}{
@@ -302,6 +305,8 @@ func TestJudgeSpinQuota(t *testing.T) {
 		{name: "quota, nothing refused", quota: true, auto: true, st: st(9000, 0, quotaMCPU), missing: true},
 		{name: "quota, limit not read", quota: true, auto: true, st: st(9000, 0, 0), bad: true},
 		{name: "quota, limit read wrong", quota: true, auto: true, st: st(700, 8800, 1000), bad: true},
+		{name: "short period", quota: true, auto: true, period: shortPeriodUS, st: short},
+		{name: "short period, window not the period", quota: true, auto: true, period: shortPeriodUS, st: st(700, 8800, quotaMCPU), bad: true},
 		{name: "quota, setting off", quota: true, st: st(0, 0, 0)},
 		{name: "quota, setting off, a session", quota: true, st: st(1, 0, 0), bad: true},
 		{name: "quota, setting off, a limit", quota: true, st: st(0, 0, quotaMCPU), bad: true},
@@ -309,7 +314,11 @@ func TestJudgeSpinQuota(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			missing, err := judgeSpinQuota(tt.quota, tt.auto, tt.st)
+			period := tt.period
+			if period == 0 {
+				period = quotaPeriodUS
+			}
+			missing, err := judgeSpinQuota(tt.quota, tt.auto, period, tt.st)
 			if (err != nil) != tt.bad {
 				t.Errorf("judgeSpinQuota error %v, want an error: %v", err, tt.bad)
 			}
@@ -375,5 +384,32 @@ func TestCPUGroupEnter(t *testing.T) {
 	}
 	if got, want := strings.TrimSpace(string(out)), strings.TrimSpace(string(procs)); got == "" || got != want {
 		t.Errorf("the command ran as pid %q, the group was given pid %q", got, want)
+	}
+}
+
+func TestJudgeShortSafe(t *testing.T) {
+	tests := []struct {
+		name, kase string
+		on         bool
+		report     string
+		skips      uint64
+		fail       bool
+	}{
+		{name: "stock without skips", kase: "tcp", report: "rounds=200"},
+		{name: "stock with a skip", kase: "tcp", report: "rounds=200", skips: 1, fail: true},
+		{name: "tcp skips every round", kase: "tcp", on: true, report: "rounds=200", skips: 398},
+		{name: "tcp skips too few", kase: "tcp", on: true, report: "rounds=200", skips: shortSafeRounds - 1, fail: true},
+		{name: "mptcp no skip", kase: "mptcp", on: true, report: "rounds=200"},
+		{name: "mptcp skipped", kase: "mptcp", on: true, report: "rounds=200", skips: 1, fail: true},
+		{name: "mptcp unavailable", kase: "mptcp", on: true, report: "skip: no MPTCP connection", skips: 0},
+		{name: "rcvlowat read", kase: "rcvlowat-conn", on: true, report: "read=10 in=2µs"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := judgeShortSafe(tt.kase, tt.on, tt.report, tt.skips)
+			if (err != nil) != tt.fail {
+				t.Errorf("judgeShortSafe(%q, %v, %q, %d) = %v; want failure %v", tt.kase, tt.on, tt.report, tt.skips, err, tt.fail)
+			}
+		})
 	}
 }

@@ -33,6 +33,9 @@ import (
 //     (spin-quota-mcpu=500, 0.5 CPU) and the gate refused spins
 //     (spin-quota-refused > 0): a closed loop keeps the process busy
 //     enough for it;
+//   - in the group with the same 0.5 CPU as 5000µs per 10000µs: the
+//     same, with the gate's window the group's period
+//     (spin-quota-period-us=10000; 100000 in the first group);
 //   - in the group with GODEBUG=netpollstats=1 only: nothing of the gate
 //     (spin-quota-mcpu=0, spin-quota-refused=0) and no session.
 //
@@ -41,7 +44,9 @@ import (
 // so a run with auto that shows no session (without the quota) or no
 // refusal (with it) is tried again, up to three times; a refusal without a
 // quota, or a limit read wrong, fails at once. The group's cpu.stat
-// throttling counts are printed, not asserted.
+// throttling counts are printed, not asserted, and so is the number of
+// windows the gate closed because the group was throttled
+// (spin-quota-throttled).
 //
 // Where no group can be made (not root, no cpu controller, a cgroup v2
 // that will not delegate it), the check says why and is skipped, unless
@@ -54,13 +59,20 @@ const (
 	quotaMCPU     = 1000 * quotaUS / quotaPeriodUS // the limit as the runtime prints it (spin-quota-mcpu)
 )
 
+// The same 0.5 CPU in a 10ms period: the gate's window must be the
+// group's period (spin-quota-period-us), not a fixed 100ms.
+const (
+	shortQuotaUS  = 5000
+	shortPeriodUS = 10000
+)
+
 // quotaRoundsPer: the spinquota check's ping-pongs are this many times the
 // check's rounds (10,000 by default): long enough for several 100ms
 // windows of the gate.
 const quotaRoundsPer = 5
 
 // quotaCounters are the netpollstats counters the spinquota check reads.
-var quotaCounters = []string{"spin-sessions", "spin-found", "spin-idle", "spin-quota-refused", "spin-quota-mcpu", "spin-w-ns", "spin-p", "spin-on"}
+var quotaCounters = []string{"spin-sessions", "spin-found", "spin-idle", "spin-quota-refused", "spin-quota-mcpu", "spin-quota-period-us", "spin-quota-throttled", "spin-w-ns", "spin-p", "spin-on"}
 
 func (c checker) spinQuota() (err error) {
 	g, err := newCPUGroup(quotaUS, quotaPeriodUS)
@@ -78,10 +90,22 @@ func (c checker) spinQuota() (err error) {
 	}()
 	rounds := quotaRoundsPer * c.rounds
 	runs := []struct {
-		quota bool
-		auto  bool
-	}{{quota: false, auto: true}, {quota: true, auto: true}, {quota: true, auto: false}}
+		quota  bool
+		auto   bool
+		period int // the group's period (µs)
+	}{
+		{quota: false, auto: true},
+		{quota: true, auto: true, period: quotaPeriodUS},
+		{quota: true, auto: true, period: shortPeriodUS},
+		{quota: true, auto: false, period: quotaPeriodUS},
+	}
 	for _, r := range runs {
+		if r.quota {
+			q := quotaUS * r.period / quotaPeriodUS
+			if err := g.setQuota(q, r.period); err != nil {
+				return err
+			}
+		}
 		godebug, where := "netpollstats=1", "quota=none"
 		if r.auto {
 			godebug = "netpollspin=auto,netpollstats=1"
@@ -89,7 +113,7 @@ func (c checker) spinQuota() (err error) {
 		var enter []string
 		if r.quota {
 			enter = g.enter()
-			where = fmt.Sprintf("quota=%d/%dus (%s)", quotaUS, quotaPeriodUS, g.dir)
+			where = fmt.Sprintf("quota=%d/%dus (%s)", quotaUS*r.period/quotaPeriodUS, r.period, g.dir)
 		}
 		for try := 1; ; try++ {
 			before, err := g.throttling()
@@ -117,7 +141,7 @@ func (c checker) spinQuota() (err error) {
 					after.throttled-before.throttled, after.periods-before.periods, float64(after.throttledNS-before.throttledNS)/1e6)
 			}
 			fmt.Fprintln(c.out)
-			missing, err := judgeSpinQuota(r.quota, r.auto, st)
+			missing, err := judgeSpinQuota(r.quota, r.auto, r.period, st)
 			if err != nil {
 				return err
 			}
@@ -137,7 +161,7 @@ func (c checker) spinQuota() (err error) {
 // netpollspin=auto or not (auto), in the quota group or not (quota). err
 // is a failure; missing, if not empty, says what the run did not show that
 // another run may (auto did not want to spin).
-func judgeSpinQuota(quota, auto bool, st map[string]int64) (missing string, err error) {
+func judgeSpinQuota(quota, auto bool, period int, st map[string]int64) (missing string, err error) {
 	mcpu, refused := st["spin-quota-mcpu"], st["spin-quota-refused"]
 	switch {
 	case !auto && (mcpu != 0 || refused != 0 || st["spin-sessions"] != 0):
@@ -152,6 +176,9 @@ func judgeSpinQuota(quota, auto bool, st map[string]int64) (missing string, err 
 	case quota && mcpu != quotaMCPU:
 		return "", fmt.Errorf("spinquota: spin-quota-mcpu=%d in the quota group, want %d: the runtime did not read the limit of %d/%dus",
 			mcpu, quotaMCPU, quotaUS, quotaPeriodUS)
+	case quota && st["spin-quota-period-us"] != int64(period):
+		return "", fmt.Errorf("spinquota: spin-quota-period-us=%d in a group with a %dus period: the gate's window is not the group's period",
+			st["spin-quota-period-us"], period)
 	case quota && refused == 0:
 		return "the gate refused no spin in the quota group", nil
 	}
@@ -237,6 +264,21 @@ func newCPUGroup(quota, period int) (*cpuGroup, error) {
 		return nil, err
 	}
 	return g, nil
+}
+
+// setQuota sets the group's quota to quota µs per period µs.
+func (g *cpuGroup) setQuota(quota, period int) error {
+	if g.v2 {
+		return g.write("cpu.max", fmt.Sprintf("%d %d", quota, period))
+	}
+	// v1 checks the pair at each write: lift the quota first.
+	if err := g.write("cpu.cfs_quota_us", "-1"); err != nil {
+		return err
+	}
+	if err := g.write("cpu.cfs_period_us", strconv.Itoa(period)); err != nil {
+		return err
+	}
+	return g.write("cpu.cfs_quota_us", strconv.Itoa(quota))
 }
 
 func (g *cpuGroup) write(file, value string) error {
