@@ -111,9 +111,10 @@
 // whenever a CPU is idle); the first event that comes while it runs hands
 // the poller to another goroutine, so a call that blocks anywhere holds up
 // no other connection, and a connection whose calls block runs them on a
-// goroutine of their own until four in a row return quickly. Of a batch
-// of connections ready at once, all but the first run on pooled goroutines,
-// in parallel when GOMAXPROCS is above one. What a call may rely on about its goroutine is in Handler's
+// goroutine of their own until four in a row return quickly. A batch of
+// connections ready at once runs on pooled goroutines, in parallel when
+// GOMAXPROCS is above one (with one P the goroutine that polled runs the
+// first). What a call may rely on about its goroutine is in Handler's
 // documentation. When it returns nil, whatever is
 // queued in the socket then, or comes later, calls it again, exactly once;
 // what it keeps in its own buffers (a bufio.Reader's Buffered bytes) the

@@ -179,6 +179,7 @@ type serveRoleMachine struct {
 	nextInLoop     bool // for the next connection of a batch, come back (CAS, disarm) and go out again (CAS, arm)
 	kickMore       bool // going out with more of the batch queued, kick E1 after the arm, so that the watcher takes the rest
 	spreadAlways   bool // spread a batch to workers whatever GOMAXPROCS is
+	spreadAll      bool // above one P, spread all of a batch, the first too
 	renewByLoad    bool // the holder stays out for the next connection if a plain load finds the word out unchanged
 	noArm          bool // go out without arming the port
 	noSummon       bool // go out without making a watcher when w had none
@@ -217,6 +218,7 @@ var realServeRole = serveRoleMachine{
 	watch:        srWatchNext,
 	stop:         srStopNext,
 	spreadAlways: true,
+	spreadAll:    true,
 }
 
 // fixedServeRole keeps a batch on the role at GOMAXPROCS=1 and passes the
@@ -227,7 +229,7 @@ var realServeRole = serveRoleMachine{
 // role, and the rest of the batch, at once.
 var fixedServeRole = func() serveRoleMachine {
 	m := realServeRole
-	m.name, m.spreadAlways, m.nextInLoop, m.kickMore = "fixed", false, true, true
+	m.name, m.spreadAlways, m.spreadAll, m.nextInLoop, m.kickMore = "fixed", false, false, true, true
 	return m
 }()
 
@@ -759,14 +761,18 @@ func (md *serveRoleModel) step(i int) (bool, error) {
 		md.e1Event()
 		md.startRun(i, g.sc, true, endHold)
 	case rmSpread:
-		for _, c := range md.queue[md.head+1:] {
+		first := md.head + 1
+		if md.procs >= 2 && md.m.spreadAll {
+			first = md.head // serveRole.spread above one P: all of the batch
+		}
+		for _, c := range md.queue[first:] {
 			w := md.worker()
 			if err := md.take(w, c); err != nil {
 				return true, err
 			}
 			md.startRun(w, c, false, endPool)
 		}
-		md.queue = md.queue[:md.head+1]
+		md.queue = md.queue[:first]
 		g.st = rmTop
 	case rmEnter:
 		md.queue, md.head = md.queue[:0], 0
