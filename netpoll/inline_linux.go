@@ -166,16 +166,11 @@ func newInlineWait(p *poller) (*inlineWait, error) {
 	iw.word.Store(roleVacant) // the loop goroutine starts watching a disarmed port
 	iw.step, iw.watchFn = iw.holderStep, iw.watchStep
 	iw.held = pollStep{p: p, spins: true}
-	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	fd, err := newKick(p.epfd)
 	if err != nil {
-		return nil, os.NewSyscallError("eventfd", err)
+		return nil, err
 	}
 	iw.kickfd = fd
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(fd)}
-	if err := epollCtl(p.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
-		iw.close()
-		return nil, os.NewSyscallError("epoll_ctl", err)
-	}
 	if iw.port, err = newWatchPort(p); err != nil {
 		iw.close()
 		return nil, err
@@ -569,14 +564,7 @@ func (iw *inlineWait) kickIfHolder(dr *dir) {
 }
 
 // kick makes an event on the epoll fd: whoever polls it looks again.
-func (iw *inlineWait) kick() {
-	var one = [8]byte{1}
-	for {
-		if _, err := unix.Write(iw.kickfd, one[:]); err != unix.EINTR {
-			return
-		}
-	}
-}
+func (iw *inlineWait) kick() { signal(iw.kickfd) }
 
 // watch is the watcher's wait: RawRead on the watch port until the port
 // fires with the role out (a takeover: the role is the loop's, one

@@ -219,13 +219,7 @@ func (p *poller) start() error {
 
 // stop ends the loop, waits for it and closes the epoll fd and eventfd.
 func (p *poller) stop() {
-	var one = [8]byte{1}
-	for {
-		_, err := unix.Write(p.evfd, one[:])
-		if err != unix.EINTR {
-			break
-		}
-	}
+	signal(p.evfd)
 	if p.inline != nil {
 		p.inline.stopWatcher()
 	}
@@ -263,4 +257,31 @@ func (p *poller) stats() pollerStats {
 	s.Descriptors = uint64(p.table.live.Load())
 	s.Conns = uint64(p.table.conns.Load())
 	return s
+}
+
+// newKick makes an eventfd registered edge-triggered in the epoll fd epfd:
+// a kick, written (signal) to make whoever polls epfd look again, which
+// dispatch skips by its fd number. The caller closes it.
+func newKick(epfd int) (int, error) {
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		return -1, os.NewSyscallError("eventfd", err)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(fd)}
+	if err := epollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		unix.Close(fd)
+		return -1, os.NewSyscallError("epoll_ctl", err)
+	}
+	return fd, nil
+}
+
+// signal adds one to the eventfd fd, so that it is readable: the poller's
+// stop eventfd and the kicks.
+func signal(fd int) {
+	var one = [8]byte{1}
+	for {
+		if _, err := unix.Write(fd, one[:]); err != unix.EINTR {
+			return
+		}
+	}
 }

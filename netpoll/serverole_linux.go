@@ -169,12 +169,8 @@ func newServeRole(p *poller) (_ *serveRole, err error) {
 			sr.close()
 		}
 	}()
-	if sr.kickfd, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
-		return nil, os.NewSyscallError("eventfd", err)
-	}
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: int32(sr.kickfd)}
-	if err = epollCtl(p.epfd, unix.EPOLL_CTL_ADD, sr.kickfd, &ev); err != nil {
-		return nil, os.NewSyscallError("epoll_ctl", err)
+	if sr.kickfd, err = newKick(p.epfd); err != nil {
+		return nil, err
 	}
 	if sr.port, err = newWatchPort(p); err != nil {
 		return nil, err
@@ -439,14 +435,7 @@ func (sr *serveRole) watchStep(wk *worker, fd uintptr) bool {
 
 // kick makes an event on E1, so that the watcher takes a role left out by
 // a goroutine that will not come back.
-func (sr *serveRole) kick() {
-	var one = [8]byte{1}
-	for {
-		if _, err := unix.Write(sr.kickfd, one[:]); err != unix.EINTR {
-			return
-		}
-	}
-}
+func (sr *serveRole) kick() { signal(sr.kickfd) }
 
 // lose is the fallback after an epoll_ctl on the port failed (as a failed
 // epoll_ctl fails a descriptor): from now on every call runs on a worker,
@@ -486,9 +475,9 @@ func (sr *serveRole) shutdown() {
 }
 
 // workerPool keeps the goroutines a serving poller runs calls on besides
-// the role's holder: the watcher, connections demoted or spread from a
-// batch, and those started by anything other than the holder's poll (Close,
-// a deadline, the idle timer). Idle workers wait on their channel; at most
+// the role's holder: the watcher, and the connections demoted or spread
+// from a batch. (Close, a deadline and the idle timer start a goroutine of
+// their own: serverConn.start.) Idle workers wait on their channel; at most
 // maxIdleWorkers are kept, the rest exit.
 type workerPool struct {
 	sr   *serveRole
