@@ -94,9 +94,9 @@ type idleResult struct {
 	Path       string   `json:"path,omitempty"` // -proto http: the GET of each connection
 	Conns      int      `json:"conns"`
 	Size       int      `json:"size,omitempty"` // -proto echo: the message size
-	RSS1       int64    `json:"rss_1conn"` // VmRSS with one connection
-	RSSAll     int64    `json:"rss_all"`   // with all of them
-	RSSBurst   int64    `json:"rss_burst"` // after the burst
+	RSS1       int64    `json:"rss_1conn"`      // VmRSS with one connection
+	RSSAll     int64    `json:"rss_all"`        // with all of them
+	RSSBurst   int64    `json:"rss_burst"`      // after the burst
 	SlabBefore int64    `json:"slab_before"`
 	SlabAfter  int64    `json:"slab_all"`
 	GC         *idleGC  `json:"gc,omitempty"`        // nil when the server echoed the Memstats request
