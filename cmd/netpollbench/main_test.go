@@ -553,7 +553,7 @@ func TestDefaults(t *testing.T) {
 	}
 	for _, want := range []string{"echo, 1 conn", "echo, 50 conns", "echo, 1 conn, unpinned", "echo, 50 conns, unpinned",
 		"http, 1 conn", "http, 50 conns", "blocked neighbour, unpinned", "echo, 1 conn, quota 0.5", "open loop 2000/s",
-		"idle, 18000 conns", "herd, pipe", "herd, accept"} {
+		"idle, 18000 conns", "idle http, 18000 conns", "herd, pipe", "herd, accept"} {
 		if !slices.Contains(titles, want) {
 			t.Errorf("default plan lacks the cell %q: %q", want, titles)
 		}
@@ -639,8 +639,73 @@ func TestDefaults(t *testing.T) {
 			t.Errorf("%s %s in round %d, want 1", j.c, j.s.name, j.round)
 		}
 	}
-	if last[kindIdle] != len(idle.srvs) || last[kindHerd] != 5 || last[kindLoad] != 0 {
-		t.Errorf("after the rounds %v: want the idle cell's %d and the herd's 5", last, len(idle.srvs))
+	httpIdle := httpIdleCell(p)
+	if httpIdle == nil || httpIdle.conns != 18000 || len(httpIdle.srvs) != 1 || !has(httpIdle, "net") {
+		t.Fatalf("net/http idle cell %+v: want 18000 connections, one sample of net (the runtime's rows are off)", httpIdle)
+	}
+	if last[kindIdle] != len(idle.srvs)+len(httpIdle.srvs) || last[kindHerd] != 5 || last[kindLoad] != 0 {
+		t.Errorf("after the rounds %v: want the idle cells' %d and the herd's 5", last, len(idle.srvs)+len(httpIdle.srvs))
+	}
+}
+
+// TestProfileRows: the default run, with the patched toolchain (a stub),
+// has rt-none and rt-profile in every cell but the herd's and the echo
+// idle cell's: pinned and unpinned echo at 1 and 50 connections, net/http
+// at 1 and 50 (on cmd/httpserver built with the patched toolchain), the
+// quota cell, every rate of the open-loop sweep, the blocked neighbour
+// (with -delay) and the net/http idle cell beside net; the profile's row
+// runs under GODEBUG=rtProfile and rt-none under none. An echo server
+// never calls Read(nil), so the echo idle cell has no rt- row.
+func TestProfileRows(t *testing.T) {
+	stubPatchedToolchain(t)
+	p, _ := testPlan(t, "-pin", "on")
+	var judged []string
+	for _, cp := range p.cells {
+		names := map[string]server{}
+		for _, s := range cp.srvs {
+			names[s.name] = s
+		}
+		switch {
+		case cp.kind == kindHerd:
+			continue
+		case cp.kind == kindIdle && !cp.http():
+			for n := range names {
+				if strings.HasPrefix(n, "rt-") {
+					t.Errorf("%s: has %s", cp.short(), n)
+				}
+			}
+			continue
+		}
+		judged = append(judged, cp.short())
+		none, okNone := names["rt-none"]
+		prof, okProf := names[profileCfg]
+		if _, okNet := names["net"]; !okNone || !okProf || !okNet {
+			t.Errorf("%s: rt-none %v, %s %v, net %v; want all three", cp.short(), okNone, profileCfg, okProf, okNet)
+			continue
+		}
+		if len(none.env) != 0 || strings.Join(prof.env, " ") != "GODEBUG="+rtProfile {
+			t.Errorf("%s: rt-none's environment %q, %s's %q", cp.short(), none.env, profileCfg, prof.env)
+		}
+		if cp.http() {
+			if b := httpBin(prof); b != "httpserver-rt" {
+				t.Errorf("%s: %s runs %s, want httpserver-rt (the patched toolchain's)", cp.short(), profileCfg, b)
+			}
+		} else if prof.bin != "echoserver-rt" {
+			t.Errorf("%s: %s runs %s, want echoserver-rt", cp.short(), profileCfg, prof.bin)
+		}
+		if cp.blocked > 0 && !strings.HasSuffix(strings.Join(prof.args, " "), " -delay 2ms") {
+			t.Errorf("%s: %s's flags %q, want -delay 2ms", cp.short(), profileCfg, prof.args)
+		}
+	}
+	want := []string{"echo, 1 conn", "echo, 50 conns", "echo, 1 conn, unpinned", "echo, 50 conns, unpinned", "http, 1 conn", "http, 50 conns",
+		"blocked neighbour, unpinned", "echo, 1 conn, quota 0.5", "open loop 2000/s", "open loop 10000/s", "idle http, 18000 conns"}
+	for _, w := range want {
+		if !slices.Contains(judged, w) {
+			t.Errorf("the default plan has no cell %q with the profile's rows: %q", w, judged)
+		}
+	}
+	if sw := sweepOf(p); sw == nil || !slices.ContainsFunc(sw.srvs, isProfileRow) {
+		t.Errorf("the sweep's configurations lack the profile's rows")
 	}
 }
 
