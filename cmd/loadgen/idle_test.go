@@ -67,6 +67,23 @@ func runIdleTest(t *testing.T, args ...string) (stdout string, err error) {
 	return out.String(), err
 }
 
+// idleBench runs loadgen -idle -format bench with args, checks that its
+// benchmark line is named want with one iteration, and returns its
+// figures by unit.
+func idleBench(t *testing.T, want string, args ...string) map[string]float64 {
+	t.Helper()
+	stdout, err := runIdleTest(t, append([]string{"-idle", "-format", "bench"}, args...)...)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, stdout)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	name, n, m := parseBench(t, lines[len(lines)-1])
+	if name != want || n != 1 {
+		t.Errorf("benchmark %s, %d iterations; want %s, 1", name, n, want)
+	}
+	return m
+}
+
 // TestIdle runs the idle experiment against a server that answers the
 // Memstats request and one that echoes it: both give the RSS and Slab
 // figures; the first also the GC ones, exactly what its figures say per
@@ -84,15 +101,7 @@ func TestIdle(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			addr := serve(t, tt.handle)
-			stdout, err := runIdleTest(t, "-idle", "-addr", addr, "-conns", strconv.Itoa(conns), "-server-pid", pid, "-format", "bench", "-labels", "cfg=test")
-			if err != nil {
-				t.Fatalf("run: %v\n%s", err, stdout)
-			}
-			lines := strings.Split(strings.TrimSpace(stdout), "\n")
-			name, n, m := parseBench(t, lines[len(lines)-1])
-			if want := "BenchmarkIdle/cfg=test/conns=50/size=64"; name != want || n != 1 {
-				t.Errorf("benchmark %s, %d iterations; want %s, 1", name, n, want)
-			}
+			m := idleBench(t, "BenchmarkIdle/cfg=test/conns=50/size=64", "-addr", addr, "-conns", strconv.Itoa(conns), "-server-pid", pid, "-labels", "cfg=test")
 			for _, u := range []string{"rss-bytes/conn", "rss-1conn-bytes", "rss-bytes", "rss-burst-bytes/conn", "rss-burst-bytes", "slab-bytes/conn", "unsettled-readings"} {
 				if _, ok := m[u]; !ok {
 					t.Errorf("no %s", u)
@@ -215,16 +224,8 @@ func TestIdleHTTP(t *testing.T) {
 			}
 			srv.Start()
 			t.Cleanup(srv.Close)
-			stdout, err := runIdleTest(t, "-idle", "-proto", "http", "-addr", srv.Listener.Addr().String(), "-conns", strconv.Itoa(conns),
-				"-server-pid", strconv.Itoa(os.Getpid()), "-format", "bench", "-labels", "cfg=test/proto=http")
-			if err != nil {
-				t.Fatalf("run: %v\n%s", err, stdout)
-			}
-			lines := strings.Split(strings.TrimSpace(stdout), "\n")
-			name, n, m := parseBench(t, lines[len(lines)-1])
-			if want := "BenchmarkIdle/cfg=test/proto=http/conns=20"; name != want || n != 1 {
-				t.Errorf("benchmark %s, %d iterations; want %s, 1", name, n, want)
-			}
+			m := idleBench(t, "BenchmarkIdle/cfg=test/proto=http/conns=20", "-proto", "http", "-addr", srv.Listener.Addr().String(),
+				"-conns", strconv.Itoa(conns), "-server-pid", strconv.Itoa(os.Getpid()), "-labels", "cfg=test/proto=http")
 			if a, g := accepted.Load(), gets.Load(); a != conns || g != 2*conns {
 				t.Errorf("the server accepted %d connections and served %d GETs; want %d and %d (one each, then the burst)", a, g, conns, 2*conns)
 			}

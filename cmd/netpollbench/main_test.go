@@ -132,7 +132,8 @@ func TestTiny(t *testing.T) {
 	}
 	checkReport(t, out, stdout.String(), ran, []string{"Verdict: ", "echo, 1 conn, 64 B", "echo, 4 conns, 64 B",
 		"echo, 4 conns, 64 B, unpinned", "net/http plaintext, keep-alive, 1 conn", "net/http plaintext, keep-alive, 4 conns",
-		"blocked neighbour, echo 64 B: 1 conn pinging beside 1 conn whose requests the server holds 2ms, unpinned", "Idle connections: "})
+		"blocked neighbour, echo 64 B: 1 conn pinging beside 1 conn whose requests the server holds 2ms, unpinned", "Idle connections: ",
+		"Idle net/http connections: "})
 	// The blocked neighbour: net and ondemand (auto is not among
 	// -configs), the pinger's figures and the held requests counted.
 	nb, err := readResults(filepath.Join(out, neighbourFile))
@@ -150,9 +151,22 @@ func TestTiny(t *testing.T) {
 	if slices.Sort(got); !slices.Equal(got, []string{"net", "net", "ondemand", "ondemand"}) {
 		t.Errorf("neighbour.txt has %v, want net and ondemand in each of 2 rounds", got)
 	}
+	// The echo idle cell, a result per configuration, and the net/http
+	// one: net's cmd/httpserver held 20 connections after a GET each and
+	// told its figures (GET /debug/memstats).
 	idle, err := readResults(filepath.Join(out, "idle.txt"))
-	if err != nil || len(idle) != len(ran) {
-		t.Errorf("idle.txt: %d results (%v), want one per configuration (%d)", len(idle), err, len(ran))
+	if err != nil || len(idle) != len(ran)+1 {
+		t.Errorf("idle.txt: %d results (%v), want one per configuration (%d) and net/http's", len(idle), err, len(ran))
+	}
+	var httpIdle []result
+	for _, r := range idle {
+		if r.labels["proto"] == "http" {
+			httpIdle = append(httpIdle, r)
+		}
+	}
+	if len(httpIdle) != 1 || httpIdle[0].labels["cfg"] != "net" || httpIdle[0].labels["conns"] != "20" ||
+		httpIdle[0].metrics["rss-bytes"] <= 0 || httpIdle[0].metrics["goroutines/conn"] < 1 {
+		t.Errorf("net/http idle results %v: want net's, 20 conns, its RSS read and at least a goroutine per connection told", httpIdle)
 	}
 	if !strings.Contains(stdout.String(), "KiB per conn") {
 		t.Errorf("the summary lacks the idle table")
