@@ -945,6 +945,68 @@ func TestRuntimeRows(t *testing.T) {
 	checkReport(t, out, stdout.String(), []string{"net", "rt-none", "rt-shortread", "rt-zeroread"}, []string{"echo, 1 conn, 64 B", "net/http plaintext, keep-alive, 1 conn"})
 }
 
+// TestProfileRun runs the profile's rows end to end on the patched
+// toolchain: rt-none and rt-profile serve echo and net/http (httpserver
+// built with the patched toolchain, rt-profile under GODEBUG=rtProfile,
+// whose httpidlezeroread a toolchain without that patch ignores); the
+// net/http idle cell holds net's, rt-none's and rt-profile's connections,
+// each server telling its figures; the echo idle cell has net alone; and
+// the summary has the profile's block.
+func TestProfileRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds servers with the patched toolchain and runs processes; skipped with -short")
+	}
+	if patchedGoroot() == "" {
+		testtool.Missing(t, "the patched toolchain (runtime_patch/build.sh)", fmt.Errorf("no %s/bin/go", patchedGorootPath()))
+	}
+	out := t.TempDir()
+	rows := "net,rt-none," + profileCfg
+	var stdout, stderr bytes.Buffer
+	err := run([]string{"-out", out, "-configs", rows, "-http", rows, "-conns", "1", "-quota", "0", "-unpinned=false", "-neighbour=false",
+		"-herd=false", "-sweep=false", "-idle", "20", "-rounds", "2", "-duration", "300ms", "-warmup", "100ms"}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	rs, err := readResults(filepath.Join(out, "raw.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := map[string]int{}
+	for _, r := range rs {
+		n[r.labels["cfg"]+" "+r.labels["proto"]+" "+r.labels["godebug"]]++
+	}
+	profile := strings.ReplaceAll(rtProfile, "=", ":")
+	for _, k := range []string{"rt-none  none", "rt-none http none", profileCfg + "  " + profile, profileCfg + " http " + profile} {
+		if n[k] != 2 {
+			t.Errorf("%q: %d results, want 2 (all: %v)", k, n[k], n)
+		}
+	}
+	idle, err := readResults(filepath.Join(out, idleFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var echoIdle, httpIdle []string
+	for _, r := range idle {
+		if r.labels["proto"] != "http" {
+			echoIdle = append(echoIdle, r.labels["cfg"])
+			continue
+		}
+		httpIdle = append(httpIdle, r.labels["cfg"])
+		if r.metrics["rss-bytes"] <= 0 || r.metrics["goroutines/conn"] < 1 {
+			t.Errorf("net/http idle %s: RSS %v, goroutines/conn %v; want the RSS read and the server's figures told",
+				r.labels["cfg"], r.metrics["rss-bytes"], r.metrics["goroutines/conn"])
+		}
+	}
+	if slices.Sort(httpIdle); !slices.Equal(httpIdle, []string{"net", "rt-none", profileCfg}) || !slices.Equal(echoIdle, []string{"net"}) {
+		t.Errorf("idle.txt: net/http %v, echo %v; want net, rt-none and %s over net/http, net alone over echo", httpIdle, echoIdle, profileCfg)
+	}
+	for _, w := range []string{"The runtime's profile (rt-profile) against rt-none and against package net", "idle http, 20 conns", "Target"} {
+		if !strings.Contains(stdout.String(), w) {
+			t.Errorf("the summary lacks %q:\n%s", w, stdout.String())
+		}
+	}
+}
+
 // TestStartEnv: a configuration's environment reaches its server process.
 func TestStartEnv(t *testing.T) {
 	root, err := moduleRoot()

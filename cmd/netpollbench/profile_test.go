@@ -11,8 +11,10 @@ import (
 // about 1.4x as long as net, ±20% from one round to the next (so each
 // loses to net with an interval wider than ±10%), and rt-profile level
 // with rt-none; the net/http idle cell, one sample each, rt-profile at
-// 0.6x the memory per connection of rt-none and of net; and echo at 50
-// connections without the runtime's rows, which the block leaves out.
+// 0.6x the memory per connection of rt-none and of net; the blocked
+// neighbour and the open loop at 2,000 req/s, where all three are alike
+// (level); and echo at 50 connections without the runtime's rows, which
+// the block leaves out.
 func profileTable(t *testing.T) (*table, []cellVerdict) {
 	t.Helper()
 	rows := mustServers(t, "net", "rt-none", profileCfg)
@@ -20,7 +22,10 @@ func profileTable(t *testing.T) (*table, []cellVerdict) {
 	quota := &cellPlan{cell: cell{conns: 1, size: 64, quota: 0.5}, srvs: rows, rounds: 6, warmup: 500e6, duration: 2e9, file: quotaFile}
 	idle := &cellPlan{cell: cell{kind: kindIdle, proto: "http", conns: 18000}, srvs: rows, rounds: 1, file: idleFile}
 	fifty := &cellPlan{cell: cell{conns: 50, size: 64}, srvs: mustServers(t, "net", "auto"), rounds: 6, file: rawFile}
-	tb := &table{plan: &plan{cells: []*cellPlan{one, quota, idle, fifty}}}
+	neighbour := &cellPlan{cell: cell{conns: 2, size: 64, blocked: 1, delay: neighbourDelay, unpinned: true}, srvs: rows, rounds: 6,
+		warmup: 150e6, duration: 400e6, file: neighbourFile}
+	open := &cellPlan{cell: cell{conns: 1, size: 64, rate: 2000}, srvs: rows, rounds: 6, warmup: 150e6, duration: 400e6, file: sweepFile, sweep: true}
+	tb := &table{plan: &plan{cells: []*cellPlan{one, quota, idle, fifty, neighbour, open}}}
 	for round := 1; round <= 6; round++ {
 		drift := 1 + 0.1*float64(round%3)
 		noise := 1 + 0.01*float64(round%2)
@@ -33,6 +38,10 @@ func profileTable(t *testing.T) (*table, []cellVerdict) {
 			addResult(tb, one, x.cfg, round, map[string]float64{"ns/op": nsop, "server-cpu-ns/op": nsop * 0.8, "client-cpu-ns/op": nsop * 0.6})
 			addResult(tb, quota, x.cfg, round, map[string]float64{"ns/op": 70e3, "p50-ns": 30e3, "p99.9-ns": 1e6, "max-ns": 30e6,
 				"throttled-ns": 3e8 * x.thrott * drift, "throttled-periods": 10, "quota-periods": 30, "client-cpu-ns/op": 20e3})
+			addResult(tb, neighbour, x.cfg, round, map[string]float64{"ns/op": 30e3 / drift, "p50-ns": 27e3, "p99-ns": 60e3 * drift, "max-ns": 2.5e6,
+				"server-cpu-ns/op": 24e3, "client-cpu-ns/op": 15e3, "blocked-requests": 150})
+			addResult(tb, open, x.cfg, round, map[string]float64{"ns/op": 500e3, "p50-ns": 30e3 * drift, "p99-ns": 60e3, "server-cpu-ns/op": 20e3 * drift,
+				"client-cpu-ns/op": 10e3, "syscalls/op": 4})
 		}
 		for _, cfg := range []string{"net", "auto"} {
 			addResult(tb, fifty, cfg, round, map[string]float64{"ns/op": 8e3 / drift, "server-cpu-ns/op": 6e3, "client-cpu-ns/op": 4e3})
@@ -60,9 +69,11 @@ func TestProfileBlock(t *testing.T) {
 		t.Fatal("no profile block")
 	}
 	want := map[string][2]string{ // cell -> the words vs rt-none and vs net
-		"echo, 1 conn":            {verdictWins, verdictWins},
-		"echo, 1 conn, quota 0.5": {verdictLevel, verdictLoses},
-		"idle http, 18000 conns":  {verdictWins, verdictWins},
+		"echo, 1 conn":                {verdictWins, verdictWins},
+		"echo, 1 conn, quota 0.5":     {verdictLevel, verdictLoses},
+		"idle http, 18000 conns":      {verdictWins, verdictWins},
+		"blocked neighbour, unpinned": {verdictLevel, verdictLevel},
+		"open loop 2000/s":            {verdictLevel, verdictLevel},
 	}
 	if len(b.rows) != len(want) {
 		t.Errorf("%d rows, want %d: %q", len(b.rows), len(want), b.rows)
@@ -83,8 +94,10 @@ func TestProfileBlock(t *testing.T) {
 	notes := strings.Join(b.notes, "\n")
 	for _, w := range []string{
 		"GODEBUG=" + rtProfile,
-		"Against rt-none, the profile wins in 2 (echo, 1 conn; idle http, 18000 conns), level in 1 (echo, 1 conn, quota 0.5).",
-		"Against package net, the profile wins in 2 (echo, 1 conn; idle http, 18000 conns), loses in 1 (echo, 1 conn, quota 0.5).",
+		"Against rt-none, the profile wins in 2 (echo, 1 conn; idle http, 18000 conns), level in 3 (echo, 1 conn, quota 0.5; " +
+			"blocked neighbour, unpinned; open loop 2000/s).",
+		"Against package net, the profile wins in 2 (echo, 1 conn; idle http, 18000 conns), level in 2 (blocked neighbour, unpinned; " +
+			"open loop 2000/s), loses in 1 (echo, 1 conn, quota 0.5).",
 		"TARGET NOT MET: the profile loses in 1 (echo, 1 conn, quota 0.5).",
 		"rt-none itself loses to net in 1 (echo, 1 conn, quota 0.5)",
 		"Needs more rounds before it is judged (an interval wider than ±10%): echo, 1 conn, quota 0.5 (vs net ",
@@ -111,9 +124,12 @@ func TestProfileBlock(t *testing.T) {
 // the target; a run without rt-profile has no block.
 func TestProfileBlockTargetMet(t *testing.T) {
 	_, vs := profileTable(t)
-	var kept []cellVerdict
+	var kept, fifty []cellVerdict
 	for _, v := range vs {
-		if v.cp.quota == 0 {
+		switch {
+		case v.cp.conns == 50:
+			fifty = append(fifty, v)
+		case v.cp.quota == 0:
 			kept = append(kept, v)
 		}
 	}
@@ -122,7 +138,7 @@ func TestProfileBlockTargetMet(t *testing.T) {
 		strings.Contains(strings.Join(b.notes, "\n"), "Needs more rounds") {
 		t.Errorf("without the quota cell: %+v, want the target met and no cell needing more rounds", b)
 	}
-	if b := profileBlock(kept[len(kept)-1:]); b != nil {
+	if b := profileBlock(fifty); len(fifty) != 1 || b != nil {
 		t.Errorf("a run without %s has a profile block: %+v", profileCfg, b)
 	}
 }
