@@ -59,7 +59,7 @@ const (
 // demand, and package net's server on the patched toolchain without a
 // setting, with the runtime's adaptive spinning (netpollspin=auto), which
 // reads the quota too, and with the runtime's profile.
-var quotaConfigs = []string{"net", spinNever, defaultCfg, onDemandCfg, "rt-none", "rt-spinauto", "rt-profile"}
+var quotaConfigs = []string{"net", spinNever, defaultCfg, onDemandCfg, "rt-none", "rt-spinauto", profileCfg}
 
 // neighbourConfigs are the blocked-neighbour cell's configurations, those
 // of them the run has: package net, netpoll's default and on demand, (when
