@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -912,37 +913,14 @@ func TestBadFlags(t *testing.T) {
 // GODEBUG=netpollzeroread=1) and echoes. It needs the toolchain
 // runtime_patch/build.sh builds (.ci/run builds it before the tests).
 func TestRuntimeRows(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds servers with the patched toolchain and runs processes; skipped with -short")
-	}
-	if patchedGoroot() == "" {
-		testtool.Missing(t, "the patched toolchain (runtime_patch/build.sh)", fmt.Errorf("no %s/bin/go", patchedGorootPath()))
-	}
-	out := t.TempDir()
-	var stdout, stderr bytes.Buffer
-	err := run([]string{"-out", out, "-configs", "net,rt-none,rt-shortread,rt-zeroread", "-http", "net,rt-shortread", "-conns", "1", "-quota", "0", "-unpinned=false", "-neighbour=false",
-		"-herd=false", "-sweep=false", "-idle", "0", "-rounds", "2", "-duration", "300ms", "-warmup", "100ms"}, &stdout, &stderr)
-	if err != nil {
-		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
-	}
-	rs, err := readResults(filepath.Join(out, "raw.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := map[string]int{}
-	for _, r := range rs {
-		if r.metrics["ns/op"] <= 0 || r.metrics["errors"] != 0 {
-			t.Errorf("%v: %v", r.labels, r.metrics)
-		}
-		n[r.labels["cfg"]+" "+r.labels["proto"]+" "+r.labels["runtime"]+" "+r.labels["godebug"]]++
-	}
+	out, stdout, n := runRuntimeRows(t, "net,rt-none,rt-shortread,rt-zeroread", "net,rt-shortread", 0)
 	for _, k := range []string{"net   ", "rt-none  patched none", "rt-shortread  patched netpollshortread:1", "rt-shortread http patched netpollshortread:1", "net http  ",
 		"rt-zeroread  patched netpollzeroread:1"} {
 		if n[k] != 2 {
 			t.Errorf("%q: %d results, want 2 (all: %v)", k, n[k], n)
 		}
 	}
-	checkReport(t, out, stdout.String(), []string{"net", "rt-none", "rt-shortread", "rt-zeroread"}, []string{"echo, 1 conn, 64 B", "net/http plaintext, keep-alive, 1 conn"})
+	checkReport(t, out, stdout, []string{"net", "rt-none", "rt-shortread", "rt-zeroread"}, []string{"echo, 1 conn, 64 B", "net/http plaintext, keep-alive, 1 conn"})
 }
 
 // TestProfileRun runs the profile's rows end to end on the patched
@@ -953,30 +931,10 @@ func TestRuntimeRows(t *testing.T) {
 // each server telling its figures; the echo idle cell has net alone; and
 // the summary has the profile's block.
 func TestProfileRun(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds servers with the patched toolchain and runs processes; skipped with -short")
-	}
-	if patchedGoroot() == "" {
-		testtool.Missing(t, "the patched toolchain (runtime_patch/build.sh)", fmt.Errorf("no %s/bin/go", patchedGorootPath()))
-	}
-	out := t.TempDir()
 	rows := "net,rt-none," + profileCfg
-	var stdout, stderr bytes.Buffer
-	err := run([]string{"-out", out, "-configs", rows, "-http", rows, "-conns", "1", "-quota", "0", "-unpinned=false", "-neighbour=false",
-		"-herd=false", "-sweep=false", "-idle", "20", "-rounds", "2", "-duration", "300ms", "-warmup", "100ms"}, &stdout, &stderr)
-	if err != nil {
-		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
-	}
-	rs, err := readResults(filepath.Join(out, "raw.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := map[string]int{}
-	for _, r := range rs {
-		n[r.labels["cfg"]+" "+r.labels["proto"]+" "+r.labels["godebug"]]++
-	}
-	profile := strings.ReplaceAll(rtProfile, "=", ":")
-	for _, k := range []string{"rt-none  none", "rt-none http none", profileCfg + "  " + profile, profileCfg + " http " + profile} {
+	out, stdout, n := runRuntimeRows(t, rows, rows, 20)
+	profile := "patched " + strings.ReplaceAll(rtProfile, "=", ":")
+	for _, k := range []string{"rt-none  patched none", "rt-none http patched none", profileCfg + "  " + profile, profileCfg + " http " + profile} {
 		if n[k] != 2 {
 			t.Errorf("%q: %d results, want 2 (all: %v)", k, n[k], n)
 		}
@@ -1001,10 +959,45 @@ func TestProfileRun(t *testing.T) {
 		t.Errorf("idle.txt: net/http %v, echo %v; want net, rt-none and %s over net/http, net alone over echo", httpIdle, echoIdle, profileCfg)
 	}
 	for _, w := range []string{"The runtime's profile (rt-profile) against rt-none and against package net", "idle http, 20 conns", "Target"} {
-		if !strings.Contains(stdout.String(), w) {
-			t.Errorf("the summary lacks %q:\n%s", w, stdout.String())
+		if !strings.Contains(stdout, w) {
+			t.Errorf("the summary lacks %q:\n%s", w, stdout)
 		}
 	}
+}
+
+// runRuntimeRows runs netpollbench on the patched toolchain (skipping
+// the test without it, or with -short) over configs, http among them
+// serving net/http, echo at 1 connection pinned, and idle connections
+// (0: none), 2 rounds; every load measured has its req/s and no error. It
+// returns the output directory, stdout and raw.txt's results counted by
+// "cfg proto runtime godebug".
+func runRuntimeRows(t *testing.T, configs, http string, idle int) (string, string, map[string]int) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds servers with the patched toolchain and runs processes; skipped with -short")
+	}
+	if patchedGoroot() == "" {
+		testtool.Missing(t, "the patched toolchain (runtime_patch/build.sh)", fmt.Errorf("no %s/bin/go", patchedGorootPath()))
+	}
+	out := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	err := run([]string{"-out", out, "-configs", configs, "-http", http, "-conns", "1", "-quota", "0", "-unpinned=false", "-neighbour=false",
+		"-herd=false", "-sweep=false", "-idle", strconv.Itoa(idle), "-rounds", "2", "-duration", "300ms", "-warmup", "100ms"}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	rs, err := readResults(filepath.Join(out, "raw.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := map[string]int{}
+	for _, r := range rs {
+		if r.metrics["ns/op"] <= 0 || r.metrics["errors"] != 0 {
+			t.Errorf("%v: %v", r.labels, r.metrics)
+		}
+		n[r.labels["cfg"]+" "+r.labels["proto"]+" "+r.labels["runtime"]+" "+r.labels["godebug"]]++
+	}
+	return out, stdout.String(), n
 }
 
 // TestStartEnv: a configuration's environment reaches its server process.
