@@ -37,9 +37,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"runtime"
-	"runtime/debug"
-	"runtime/metrics"
 	"sync"
 	"time"
 
@@ -75,36 +72,9 @@ func answer(b []byte, delay time.Duration) []byte {
 	case loadproto.Delay:
 		time.Sleep(delay)
 	case loadproto.Memstats:
-		runtime.GC()
-		debug.FreeOSMemory()
-		loadproto.PutStats(b, memstats())
+		loadproto.PutStats(b, servecmd.Memstats())
 	}
 	return b
-}
-
-// memstatsNames are the runtime/metrics a Stats answer carries, in the
-// order of loadproto.Figures' fields.
-var memstatsNames = []string{
-	"/gc/heap/live:bytes",
-	"/gc/heap/objects:objects",
-	"/sched/goroutines:goroutines",
-	"/memory/classes/heap/stacks:bytes",
-}
-
-// memstats reads memstatsNames; a metric this runtime lacks reads 0.
-func memstats() loadproto.Figures {
-	samples := make([]metrics.Sample, len(memstatsNames))
-	for i, name := range memstatsNames {
-		samples[i].Name = name
-	}
-	metrics.Read(samples)
-	var v [4]uint64
-	for i, s := range samples {
-		if s.Value.Kind() == metrics.KindUint64 {
-			v[i] = s.Value.Uint64()
-		}
-	}
-	return loadproto.Figures{HeapLive: v[0], HeapObjects: v[1], Goroutines: v[2], Stacks: v[3]}
 }
 
 // serve runs the server until its lifetime passes or ctx ends, then closes

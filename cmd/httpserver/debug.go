@@ -71,3 +71,17 @@ func newDebugHandler(g *netpoll.Group) http.Handler {
 	})
 	return mux
 }
+
+// memstatsJSON answers GET loadproto.MemstatsPath: it collects garbage and
+// returns freed memory to the OS, then writes the process's live heap,
+// heap objects, goroutines and stack bytes (servecmd.Memstats) as a JSON
+// loadproto.Figures, as echoserver answers loadproto's Memstats request.
+func memstatsJSON(w http.ResponseWriter, _ *http.Request) {
+	b, err := json.Marshal(servecmd.Memstats())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(b)
+}

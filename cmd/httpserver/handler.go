@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+
+	"github.com/edgepoll/edgepoll/internal/loadproto"
 )
 
 // The TechEmpower plaintext and JSON tests: each response carries Server
@@ -21,6 +23,10 @@ func newHandler(files string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /plaintext", plaintext)
 	mux.HandleFunc("GET /json", jsonHello)
+	// On the served listener, not -debug's: the idle experiment
+	// (cmd/loadgen -idle -proto http) asks over one of the connections it
+	// measures, as it sends echoserver a Memstats request.
+	mux.HandleFunc("GET "+loadproto.MemstatsPath, memstatsJSON)
 	if files != "" {
 		mux.Handle("GET /files/", http.StripPrefix("/files/", http.FileServer(http.Dir(files))))
 	}

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/edgepoll/edgepoll/internal/loadproto"
 	"github.com/edgepoll/edgepoll/netpoll"
 )
 
@@ -61,6 +62,41 @@ func TestServe(t *testing.T) {
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusMethodNotAllowed {
 				t.Errorf("POST /plaintext: status %d, want %d", resp.StatusCode, http.StatusMethodNotAllowed)
+			}
+			c.CloseIdleConnections()
+			if err := s.stop(t); err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		})
+	}
+}
+
+// TestMemstats: GET loadproto.MemstatsPath on the served listener answers
+// the process's figures after a collection as JSON, every one of them
+// read (a running server has a live heap, objects, goroutines, stacks);
+// other methods are refused.
+func TestMemstats(t *testing.T) {
+	for _, tt := range impls {
+		t.Run(tt.name, func(t *testing.T) {
+			checkLeaks(t)
+			s := start(t, tt.args...)
+			c := newClient(t, nil, false)
+			url := "http://" + s.addr + loadproto.MemstatsPath
+			resp := c.expect(t, url, http.StatusOK, "application/json", "")
+			var f loadproto.Figures
+			if err := json.Unmarshal(resp.body, &f); err != nil {
+				t.Fatalf("GET %s: %v in %q", loadproto.MemstatsPath, err, resp.body)
+			}
+			if f.HeapLive == 0 || f.HeapObjects == 0 || f.Goroutines == 0 || f.Stacks == 0 {
+				t.Errorf("GET %s: %+v, want every figure read", loadproto.MemstatsPath, f)
+			}
+			post, err := c.Post(url, "text/plain", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			post.Body.Close()
+			if post.StatusCode != http.StatusMethodNotAllowed {
+				t.Errorf("POST %s: status %d, want %d", loadproto.MemstatsPath, post.StatusCode, http.StatusMethodNotAllowed)
 			}
 			c.CloseIdleConnections()
 			if err := s.stop(t); err != nil {

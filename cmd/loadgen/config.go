@@ -54,9 +54,10 @@ func parseConfig(args []string, stderr io.Writer) (*config, error) {
 	fs.IntVar(&c.blocked, "blocked", 0, "closed loop, echo: the first `n` connections mark their requests for the server to hold before it echoes them "+
 		"(loadproto.Delay; echoserver -delay), a handler blocked outside the server's poller; the figures are the other connections', "+
 		"and blocked-requests counts the held ones")
-	fs.BoolVar(&c.idle, "idle", false, "instead of a load, hold -conns connections open and quiet, each after one echo, and report the memory "+
-		"per connection of the server -server-pid: its VmRSS with one connection and with all, after a burst, the kernel's Slab, and, "+
-		"if it answers loadproto's Memstats request (echoserver), the same after its collections with its heap and goroutines")
+	fs.BoolVar(&c.idle, "idle", false, "instead of a load, hold -conns connections open and quiet, each after one echo (with -proto http, one "+
+		"keep-alive GET -path), and report the memory per connection of the server -server-pid: its VmRSS with one connection and with all, "+
+		"after a burst, the kernel's Slab, and, if it answers loadproto's Memstats request (echoserver) or GET "+loadproto.MemstatsPath+
+		" (httpserver), the same after its collections with its heap and goroutines")
 	fs.IntVar(&c.serverPID, "server-pid", 0, "`pid` of the server, to report its CPU time and context switches per request")
 	fs.StringVar(&c.format, "format", "text", "output: text, bench (go test benchmark lines) or json")
 	fs.StringVar(&c.name, "name", "", "benchmark name before the key=value parts (default BenchmarkEcho, BenchmarkHTTP or, with -idle, BenchmarkIdle)")
@@ -119,13 +120,13 @@ func (c *config) validate() error {
 	}
 	if c.idle {
 		switch {
-		case c.proto != "echo" || c.rate > 0 || c.pipeline > 1 || c.blocked > 0:
-			return errors.New("-idle holds echo connections quiet: not with -proto http, -rate, -pipeline or -blocked")
+		case c.rate > 0 || c.pipeline > 1 || c.blocked > 0:
+			return errors.New("-idle holds connections quiet after one request each: not with -rate, -pipeline or -blocked")
 		case c.serverPID == 0:
 			return errors.New("-idle measures the server's memory: it needs -server-pid")
 		case c.conns < 2:
 			return fmt.Errorf("-idle -conns %d: want at least 2, the growth from one to all is measured", c.conns)
-		case c.size < loadproto.HeaderLen+loadproto.StatsLen:
+		case c.proto == "echo" && c.size < loadproto.HeaderLen+loadproto.StatsLen:
 			return fmt.Errorf("-idle -size %d: want at least %d, room for the server's memstats answer", c.size, loadproto.HeaderLen+loadproto.StatsLen)
 		}
 	}

@@ -3,10 +3,13 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+
+	"github.com/edgepoll/edgepoll/internal/loadproto"
 )
 
 // httpConn sends keep-alive GET requests and reads their responses. It
@@ -14,19 +17,26 @@ import (
 // line, Content-Length, and the headers that would leave the end unknown or
 // close the connection.
 type httpConn struct {
-	c   net.Conn
-	r   *bufio.Reader
-	req []byte
+	c    net.Conn
+	r    *bufio.Reader
+	host string
+	req  []byte
 }
 
 var _ protoConn = (*httpConn)(nil)
 
 func newHTTPConn(c net.Conn, host, path string) *httpConn {
 	return &httpConn{
-		c:   c,
-		r:   bufio.NewReaderSize(c, maxLine),
-		req: []byte("GET " + path + " HTTP/1.1\r\nHost: " + host + "\r\n\r\n"),
+		c:    c,
+		r:    bufio.NewReaderSize(c, maxLine),
+		host: host,
+		req:  getRequest(host, path),
 	}
+}
+
+// getRequest is a keep-alive GET of path.
+func getRequest(host, path string) []byte {
+	return []byte("GET " + path + " HTTP/1.1\r\nHost: " + host + "\r\n\r\n")
 }
 
 func (h *httpConn) send(uint64) error {
@@ -35,6 +45,29 @@ func (h *httpConn) send(uint64) error {
 }
 
 func (h *httpConn) recv(uint64) error { return readResponse(h.r) }
+
+// memstats asks the server for its memory figures with GET
+// loadproto.MemstatsPath (cmd/httpserver collects, then answers them as
+// JSON). A server that answers another status than 2xx, as one without
+// the path does with 404, gives an error wrapping errNoFigures.
+func (h *httpConn) memstats(uint64) (loadproto.Figures, error) {
+	var f loadproto.Figures
+	if _, err := h.c.Write(getRequest(h.host, loadproto.MemstatsPath)); err != nil {
+		return f, err
+	}
+	var body []byte
+	err := readResponseBody(h.r, &body)
+	switch {
+	case errors.Is(err, errStatus):
+		return f, fmt.Errorf("%w: GET %s: %w", errNoFigures, loadproto.MemstatsPath, err)
+	case err != nil:
+		return f, err
+	}
+	if err := json.Unmarshal(body, &f); err != nil {
+		return f, fmt.Errorf("%w: GET %s: %v", errMalformed, loadproto.MemstatsPath, err)
+	}
+	return f, nil
+}
 
 var (
 	// errMalformed reports a response loadgen cannot delimit or that ends
@@ -55,7 +88,12 @@ const (
 // Content-Length, any Transfer-Encoding) or one that closes the connection;
 // io.EOF if the connection ends before the response and io.ErrUnexpectedEOF
 // if it ends within.
-func readResponse(r *bufio.Reader) error {
+func readResponse(r *bufio.Reader) error { return readResponseBody(r, nil) }
+
+// readResponseBody is readResponse keeping a 2xx response's body in *body,
+// unless body is nil: a body kept is at most maxLine bytes, and a longer
+// one is errMalformed.
+func readResponseBody(r *bufio.Reader, body *[]byte) error {
 	for {
 		h, err := readHead(r)
 		if err != nil {
@@ -70,6 +108,14 @@ func readResponse(r *bufio.Reader) error {
 			// No body, whatever the headers say.
 		case h.length < 0:
 			return fmt.Errorf("%w: status %d without Content-Length", errMalformed, h.code)
+		case body != nil && h.code/100 == 2:
+			if h.length > maxLine {
+				return fmt.Errorf("%w: a body of %d bytes to keep, over %d", errMalformed, h.length, maxLine)
+			}
+			*body = make([]byte, h.length)
+			if _, err := io.ReadFull(r, *body); err != nil {
+				return unexpectedEOF(err)
+			}
 		default:
 			if _, err := r.Discard(int(h.length)); err != nil {
 				return unexpectedEOF(err)

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -66,6 +67,31 @@ func TestReadResponseKeepAlive(t *testing.T) {
 	}
 	if err := readResponse(r); err != io.EOF {
 		t.Errorf("after the last response: %v, want io.EOF", err)
+	}
+}
+
+// TestReadResponseBody: a 2xx response's body is kept whole, and the
+// next response follows it; a non-2xx one is errStatus with nothing kept;
+// a body longer than maxLine is refused.
+func TestReadResponseBody(t *testing.T) {
+	const in = "HTTP/1.1 200 OK\r\nContent-Length: 14\r\n\r\n{\"HeapLive\":1}" +
+		"HTTP/1.1 404 Not Found\r\nContent-Length: 3\r\n\r\nnah" +
+		"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+	r := bufio.NewReaderSize(strings.NewReader(in), maxLine)
+	var body []byte
+	if err := readResponseBody(r, &body); err != nil || string(body) != `{"HeapLive":1}` {
+		t.Fatalf("first response: %q, %v", body, err)
+	}
+	body = nil
+	if err := readResponseBody(r, &body); !errors.Is(err, errStatus) || body != nil {
+		t.Errorf("404: %q, %v; want nothing kept, errStatus", body, err)
+	}
+	if err := readResponseBody(r, &body); err != nil || len(body) != 0 {
+		t.Errorf("empty 200: %q, %v", body, err)
+	}
+	long := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", maxLine+1, strings.Repeat("x", maxLine+1))
+	if err := readResponseBody(bufio.NewReaderSize(strings.NewReader(long), maxLine), &body); !errors.Is(err, errMalformed) {
+		t.Errorf("a %d-byte body to keep: %v, want errMalformed", maxLine+1, err)
 	}
 }
 

@@ -61,6 +61,14 @@ import (
 //   - a Memstats request once more, for the heap and stack figures after
 //     the burst.
 //
+// With -proto http each connection's exchange is one keep-alive GET -path
+// (the server's plaintext handler) whose whole response is read, the
+// burst is one more on every connection, and the memstats request is GET
+// loadproto.MemstatsPath on the first connection: cmd/httpserver collects
+// and answers the same figures as JSON; a server answering another status
+// (404 without the path) has none of the GC figures, like a server that
+// echoes the Memstats request.
+//
 // VmRSS is the server's user-space memory as the kernel sees it, the Go
 // runtime's retained heap included; the kernel's own socket and epoll
 // memory is not in it. Slab is, with the rest of the kernel's: it is
@@ -82,11 +90,13 @@ const (
 type idleResult struct {
 	Name       string   `json:"name"`
 	Addr       string   `json:"addr"`
+	Proto      string   `json:"proto"`
+	Path       string   `json:"path,omitempty"` // -proto http: the GET of each connection
 	Conns      int      `json:"conns"`
-	Size       int      `json:"size"`
-	RSS1       int64    `json:"rss_1conn"` // VmRSS with one connection
-	RSSAll     int64    `json:"rss_all"`   // with all of them
-	RSSBurst   int64    `json:"rss_burst"` // after the burst
+	Size       int      `json:"size,omitempty"` // -proto echo: the message size
+	RSS1       int64    `json:"rss_1conn"`      // VmRSS with one connection
+	RSSAll     int64    `json:"rss_all"`        // with all of them
+	RSSBurst   int64    `json:"rss_burst"`      // after the burst
 	SlabBefore int64    `json:"slab_before"`
 	SlabAfter  int64    `json:"slab_all"`
 	GC         *idleGC  `json:"gc,omitempty"`        // nil when the server echoed the Memstats request
@@ -151,7 +161,12 @@ func runIdle(cfg *config, stdout io.Writer) error {
 	if err := idleReady(cfg.conns); err != nil {
 		return err
 	}
-	r := &idleResult{Name: cfg.benchName(), Addr: cfg.addr, Conns: cfg.conns, Size: cfg.size}
+	r := &idleResult{Name: cfg.benchName(), Addr: cfg.addr, Proto: cfg.proto, Conns: cfg.conns}
+	if cfg.proto == "http" {
+		r.Path = cfg.path
+	} else {
+		r.Size = cfg.size
+	}
 	conns := make([]*idleConn, cfg.conns)
 	defer func() {
 		for _, c := range conns {
@@ -203,7 +218,7 @@ func measureIdle(cfg *config, conns []*idleConn, r *idleResult) error {
 		}
 		f, err := conns[0].memstats()
 		switch {
-		case errors.Is(err, loadproto.ErrEchoed):
+		case errors.Is(err, loadproto.ErrEchoed) || errors.Is(err, errNoFigures):
 			gc = nil
 			return nil
 		case err != nil:
@@ -257,27 +272,43 @@ func measureIdle(cfg *config, conns []*idleConn, r *idleResult) error {
 // message.
 type idleConn struct {
 	c    *net.TCPConn
-	ec   *echoConn
+	pc   figuresConn
 	next uint64
 }
 
-// exchange sends the connection's next message and checks its echo.
+// figuresConn is a protoConn that can also ask the server for its memory
+// figures: echo's Memstats request, or HTTP's GET loadproto.MemstatsPath.
+type figuresConn interface {
+	protoConn
+	memstats(seq uint64) (loadproto.Figures, error)
+}
+
+var (
+	_ figuresConn = (*echoConn)(nil)
+	_ figuresConn = (*httpConn)(nil)
+)
+
+// errNoFigures reports a server that does not tell its memory figures
+// over HTTP (as loadproto.ErrEchoed does over echo).
+var errNoFigures = errors.New("the server does not answer the memstats request")
+
+// exchange sends the connection's next request and checks its answer.
 func (c *idleConn) exchange() error {
 	c.c.SetDeadline(time.Now().Add(idleWait))
-	if err := c.ec.send(c.next); err != nil {
+	if err := c.pc.send(c.next); err != nil {
 		return err
 	}
-	if err := c.ec.recv(c.next); err != nil {
+	if err := c.pc.recv(c.next); err != nil {
 		return err
 	}
 	c.next++
 	return c.c.SetDeadline(time.Time{})
 }
 
-// memstats sends the connection's next message as a Memstats request.
+// memstats sends the connection's next request as a memstats request.
 func (c *idleConn) memstats() (loadproto.Figures, error) {
 	c.c.SetDeadline(time.Now().Add(idleWait))
-	f, err := c.ec.memstats(c.next)
+	f, err := c.pc.memstats(c.next)
 	c.next++
 	if err == nil {
 		err = c.c.SetDeadline(time.Time{})
@@ -292,8 +323,9 @@ func (c *idleConn) close() {
 }
 
 // dialIdle fills conns[from:] with connections to cfg.addr, each of which
-// has echoed one message, idleDialers at a time. It stops at the first
-// failure and returns it; what it opened is in conns either way.
+// has made one exchange (an echo, or a GET), idleDialers at a time. It
+// stops at the first failure and returns it; what it opened is in conns
+// either way.
 func dialIdle(cfg *config, conns []*idleConn, from int) error {
 	d := net.Dialer{Timeout: idleWait}
 	return eachConn(len(conns), from, func(i int) error {
@@ -301,12 +333,14 @@ func dialIdle(cfg *config, conns []*idleConn, from int) error {
 		if err != nil {
 			return err
 		}
-		ec, err := newEchoConn(c, cfg.size, uint64(i), loadproto.Plain)
-		if err != nil {
+		var pc figuresConn
+		if cfg.proto == "http" {
+			pc = newHTTPConn(c, cfg.addr, cfg.path)
+		} else if pc, err = newEchoConn(c, cfg.size, uint64(i), loadproto.Plain); err != nil {
 			c.Close()
 			return err
 		}
-		ic := &idleConn{c: c.(*net.TCPConn), ec: ec}
+		ic := &idleConn{c: c.(*net.TCPConn), pc: pc}
 		conns[i] = ic
 		return ic.exchange()
 	})
@@ -318,7 +352,7 @@ func burst(conns []*idleConn) error {
 	err := eachConn(len(conns), 0, func(i int) error {
 		c := conns[i]
 		c.c.SetWriteDeadline(time.Now().Add(idleWait))
-		return c.ec.send(c.next)
+		return c.pc.send(c.next)
 	})
 	if err != nil {
 		return fmt.Errorf("burst, sending: %w", err)
@@ -326,7 +360,7 @@ func burst(conns []*idleConn) error {
 	err = eachConn(len(conns), 0, func(i int) error {
 		c := conns[i]
 		c.c.SetReadDeadline(time.Now().Add(idleWait))
-		if err := c.ec.recv(c.next); err != nil {
+		if err := c.pc.recv(c.next); err != nil {
 			return err
 		}
 		c.next++
@@ -434,7 +468,11 @@ func writeIdle(w io.Writer, format string, r *idleResult) error {
 	mib := func(v int64) string { return fmt.Sprintf("%.1f MiB", float64(v)/(1<<20)) }
 	kib := func(v float64) string { return fmt.Sprintf("%.2f KiB", v/1024) }
 	n := r.Conns
-	fmt.Fprintf(&b, "idle %s, %d conns of %d B\n", r.Addr, n, r.Size)
+	if r.Proto == "http" {
+		fmt.Fprintf(&b, "idle %s, %d conns after one GET %s each\n", r.Addr, n, r.Path)
+	} else {
+		fmt.Fprintf(&b, "idle %s, %d conns of %d B\n", r.Addr, n, r.Size)
+	}
 	fmt.Fprintf(&b, "RSS         %s with 1 conn, %s with all: %s per conn; after the burst %s per conn\n",
 		mib(r.RSS1), mib(r.RSSAll), kib(perConn(r.RSS1, r.RSSAll, n)), kib(perConn(r.RSS1, r.RSSBurst, n)))
 	fmt.Fprintf(&b, "kernel      Slab %s per conn (system-wide, both ends)\n", kib(float64(r.SlabAfter-r.SlabBefore)/float64(n)))
@@ -443,7 +481,7 @@ func writeIdle(w io.Writer, format string, r *idleResult) error {
 			kib(perConn(g.RSS1, g.RSSAll, n)), perConn(g.One.HeapLive, g.All.HeapLive, n),
 			perConn(g.One.HeapObjects, g.All.HeapObjects, n), perConn(g.One.Goroutines, g.All.Goroutines, n))
 	} else {
-		fmt.Fprintf(&b, "after GC    none: the server echoed the memstats request\n")
+		fmt.Fprintf(&b, "after GC    none: the server does not answer the memstats request\n")
 	}
 	if len(r.Unsettled) > 0 {
 		fmt.Fprintf(&b, "unsettled   %s: still moving after %v; the last reading is kept\n", strings.Join(r.Unsettled, ", "), rssBound)

@@ -3,7 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
@@ -64,6 +67,23 @@ func runIdleTest(t *testing.T, args ...string) (stdout string, err error) {
 	return out.String(), err
 }
 
+// idleBench runs loadgen -idle -format bench with args, checks that its
+// benchmark line is named want with one iteration, and returns its
+// figures by unit.
+func idleBench(t *testing.T, want string, args ...string) map[string]float64 {
+	t.Helper()
+	stdout, err := runIdleTest(t, append([]string{"-idle", "-format", "bench"}, args...)...)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, stdout)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	name, n, m := parseBench(t, lines[len(lines)-1])
+	if name != want || n != 1 {
+		t.Errorf("benchmark %s, %d iterations; want %s, 1", name, n, want)
+	}
+	return m
+}
+
 // TestIdle runs the idle experiment against a server that answers the
 // Memstats request and one that echoes it: both give the RSS and Slab
 // figures; the first also the GC ones, exactly what its figures say per
@@ -81,15 +101,7 @@ func TestIdle(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			addr := serve(t, tt.handle)
-			stdout, err := runIdleTest(t, "-idle", "-addr", addr, "-conns", strconv.Itoa(conns), "-server-pid", pid, "-format", "bench", "-labels", "cfg=test")
-			if err != nil {
-				t.Fatalf("run: %v\n%s", err, stdout)
-			}
-			lines := strings.Split(strings.TrimSpace(stdout), "\n")
-			name, n, m := parseBench(t, lines[len(lines)-1])
-			if want := "BenchmarkIdle/cfg=test/conns=50/size=64"; name != want || n != 1 {
-				t.Errorf("benchmark %s, %d iterations; want %s, 1", name, n, want)
-			}
+			m := idleBench(t, "BenchmarkIdle/cfg=test/conns=50/size=64", "-addr", addr, "-conns", strconv.Itoa(conns), "-server-pid", pid, "-labels", "cfg=test")
 			for _, u := range []string{"rss-bytes/conn", "rss-1conn-bytes", "rss-bytes", "rss-burst-bytes/conn", "rss-burst-bytes", "slab-bytes/conn", "unsettled-readings"} {
 				if _, ok := m[u]; !ok {
 					t.Errorf("no %s", u)
@@ -167,5 +179,69 @@ func TestIdleTooMany(t *testing.T) {
 	_, err := runIdleTest(t, "-idle", "-addr", addr, "-conns", "1000000", "-server-pid", strconv.Itoa(os.Getpid()))
 	if err == nil || !(strings.Contains(err.Error(), "RLIMIT_NOFILE") || strings.Contains(err.Error(), "ephemeral ports")) {
 		t.Errorf("a million connections: %v, want a refusal naming the descriptor limit or the ports", err)
+	}
+}
+
+// TestIdleHTTP runs the idle experiment over HTTP (-idle -proto http)
+// against an in-process net/http server: one that answers GET
+// loadproto.MemstatsPath, as cmd/httpserver does, with figures of its
+// own making (its open connections times fixed sizes), and one that does
+// not (404). Each of the connections is one the server accepted and kept
+// (none redialled), made one GET before the burst and one in it; the RSS
+// and Slab figures are read from both servers, the GC figures from the
+// first alone, exactly what its figures say per connection.
+func TestIdleHTTP(t *testing.T) {
+	const conns = 20
+	for _, tt := range []struct {
+		name    string
+		answers bool
+	}{
+		{"memstats", true},
+		{"404", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var open, accepted, gets atomic.Int64
+			mux := http.NewServeMux()
+			mux.HandleFunc("GET /plaintext", func(w http.ResponseWriter, _ *http.Request) {
+				gets.Add(1)
+				io.WriteString(w, "Hello, World!")
+			})
+			if tt.answers {
+				mux.HandleFunc("GET "+loadproto.MemstatsPath, func(w http.ResponseWriter, _ *http.Request) {
+					k := uint64(open.Load())
+					json.NewEncoder(w).Encode(loadproto.Figures{HeapLive: 1000 * k, HeapObjects: 3 * k, Goroutines: k, Stacks: 2048 * k})
+				})
+			}
+			srv := httptest.NewUnstartedServer(mux)
+			srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+				switch s {
+				case http.StateNew:
+					accepted.Add(1)
+					open.Add(1)
+				case http.StateClosed, http.StateHijacked:
+					open.Add(-1)
+				}
+			}
+			srv.Start()
+			t.Cleanup(srv.Close)
+			m := idleBench(t, "BenchmarkIdle/cfg=test/proto=http/conns=20", "-proto", "http", "-addr", srv.Listener.Addr().String(),
+				"-conns", strconv.Itoa(conns), "-server-pid", strconv.Itoa(os.Getpid()), "-labels", "cfg=test/proto=http")
+			if a, g := accepted.Load(), gets.Load(); a != conns || g != 2*conns {
+				t.Errorf("the server accepted %d connections and served %d GETs; want %d and %d (one each, then the burst)", a, g, conns, 2*conns)
+			}
+			if m["rss-1conn-bytes"] <= 0 || m["rss-bytes"] <= 0 || m["rss-burst-bytes"] <= 0 {
+				t.Errorf("RSS readings %v, %v, %v: want them all read", m["rss-1conn-bytes"], m["rss-bytes"], m["rss-burst-bytes"])
+			}
+			for u, want := range map[string]float64{"heap-live-bytes/conn": 1000, "heap-objects/conn": 3, "goroutines/conn": 1, "stack-bytes/conn": 2048,
+				"goroutines-burst/conn": 1} {
+				v, ok := m[u]
+				if ok != tt.answers || (ok && v != want) {
+					t.Errorf("%s: %v (there: %v), want %v there: %v", u, v, ok, want, tt.answers)
+				}
+			}
+			if _, ok := m["rss-gc-bytes/conn"]; ok != tt.answers {
+				t.Errorf("rss-gc-bytes/conn there: %v, want %v", ok, tt.answers)
+			}
+		})
 	}
 }

@@ -273,7 +273,10 @@ func TestConfig(t *testing.T) {
 		{"idle without pid", []string{"-addr", "h:1", "-idle"}, ""},
 		{"idle one conn", []string{"-addr", "h:1", "-idle", "-server-pid", "1", "-conns", "1"}, ""},
 		{"idle small", []string{"-addr", "h:1", "-idle", "-server-pid", "1", "-size", "47"}, ""},
-		{"idle http", []string{"-addr", "h:1", "-idle", "-server-pid", "1", "-proto", "http"}, ""},
+		{"idle http", []string{"-addr", "h:1", "-idle", "-server-pid", "1", "-proto", "http", "-conns", "18000", "-labels", "cfg=net/proto=http"},
+			"BenchmarkIdle/cfg=net/proto=http/conns=18000"},
+		{"idle http small", []string{"-addr", "h:1", "-idle", "-server-pid", "1", "-proto", "http", "-size", "16"}, "BenchmarkIdle/conns=50"},
+		{"idle http pipeline", []string{"-addr", "h:1", "-idle", "-server-pid", "1", "-proto", "http", "-pipeline", "2"}, ""},
 		{"idle open loop", []string{"-addr", "h:1", "-idle", "-server-pid", "1", "-rate", "100"}, ""},
 	}
 	for _, tt := range tests {

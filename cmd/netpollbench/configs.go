@@ -81,8 +81,9 @@ const idleTimeout = "10m"
 // goroutine waits with a zero-byte Read, which waits only under its
 // setting, and holds a buffer only to echo; so, unlike the other rt- rows,
 // it joins the idle experiment (idleServer), and like waitread it stays out
-// of net/http's cells and the sweep. rt-profile is the settings together
-// (rtProfile), the runtime's row of the default run beside rt-none.
+// of net/http's cells and the sweep. rt-profile is the recommended
+// profile (rtProfile), which with rt-none joins every cell of the default
+// run (profileConfigs).
 var runtimeServers = []server{
 	rtServer("rt-none", ""),
 	rtServer("rt-oneshot", "netpolloneshot=1"),
@@ -91,7 +92,7 @@ var runtimeServers = []server{
 	rtServer("rt-shards4", "netpollshards=4"),
 	rtServer("rt-shortread", "netpollshortread=1"),
 	rtServer("rt-zeroread", "netpollzeroread=1", "-zeroread"),
-	rtServer("rt-profile", rtProfile),
+	rtServer(profileCfg, rtProfile),
 }
 
 // rtServer is package net's echoserver on the patched toolchain under
@@ -112,10 +113,25 @@ func rtServer(name, godebug string, extra ...string) server {
 	return s
 }
 
-// rtProfile is the runtime's row of the recommended profile: every
-// setting a server gains from, together (the runtime issue names the
-// profile; until then it is this line).
-const rtProfile = "netpollspin=auto,netpollshortread=1,netpollzeroread=1"
+// rtProfile is the recommended profile (issue 37): one GODEBUG line of
+// every setting a server gains from, together. httpidlezeroread is
+// net/http's (its idle keep-alive connections wait with a zero-byte Read
+// and hold no buffers, effective with netpollzeroread=1); a toolchain
+// without that patch ignores an unknown GODEBUG key, so the line runs on
+// either.
+const rtProfile = "netpollspin=auto,netpollshortread=1,netpollzeroread=1,httpidlezeroread=1"
+
+// profileCfg is the profile's row, and profileConfigs the runtime's rows
+// that join every cell of the run when they are among its configurations
+// (the default run's rtConfigs): the profile judged against the patched
+// runtime without a setting and against package net on stock Go, in
+// every cell (the profile's block of the verdict).
+const profileCfg = "rt-profile"
+
+var profileConfigs = []string{"rt-none", profileCfg}
+
+// isProfileRow reports whether s is one of profileConfigs.
+func isProfileRow(s server) bool { return slices.Contains(profileConfigs, s.name) }
 
 // idleServer reports whether s joins the idle experiment: every server but
 // the runtime's rows of package net's plain echo, whose memory per
@@ -184,7 +200,8 @@ func (k kind) String() string { return kindNames[k] }
 // in CPUs (a cgroup; 0 for none), and, in the blocked-neighbour cell, how
 // many of its connections send requests the server holds for delay
 // (loadgen -blocked, echoserver -delay). An idle cell (kindIdle) is conns
-// quiet connections after one echo of size bytes each. A herd cell
+// quiet connections after one echo of size bytes each, or, with proto
+// "http", after one net/http keep-alive GET each. A herd cell
 // (kindHerd) is 100 waiters on source for events.
 type cell struct {
 	kind        kind
@@ -207,6 +224,9 @@ func (c cell) String() string {
 	case kindHerd:
 		return fmt.Sprintf("herd/source=%s/events=%d", c.source, c.events) + c.labels()
 	case kindIdle:
+		if c.http() {
+			return fmt.Sprintf("idle/proto=http/conns=%d", c.conns) + c.labels()
+		}
 		return fmt.Sprintf("idle/conns=%d/size=%d", c.conns, c.size) + c.labels()
 	}
 	s := fmt.Sprintf("conns=%d/size=%d", c.conns, c.size)
@@ -254,6 +274,8 @@ func (c cell) title() string {
 	switch {
 	case c.kind == kindHerd:
 		return fmt.Sprintf("thundering herd, 100 waiters on a %s, %d events", c.source, c.events)
+	case c.kind == kindIdle && c.http():
+		t = fmt.Sprintf("idle net/http, %s after one keep-alive GET each", conns(c.conns))
 	case c.kind == kindIdle:
 		t = fmt.Sprintf("idle, %s after one %d B echo each", conns(c.conns), c.size)
 	case c.blocked > 0:
@@ -279,12 +301,14 @@ func (c cell) title() string {
 // short names the cell in the verdict's one column: "echo, 1 conn",
 // "http, 50 conns, unpinned", "echo, 1 conn, quota 0.5", "open loop
 // 2000/s" (the sweep's, always echo of 1 conn), "blocked neighbour,
-// unpinned", "idle, 18000 conns".
+// unpinned", "idle, 18000 conns", "idle http, 18000 conns".
 func (c cell) short() string {
 	var s string
 	switch {
 	case c.kind == kindHerd:
 		return "herd, " + c.source
+	case c.kind == kindIdle && c.http():
+		return "idle http, " + conns(c.conns)
 	case c.kind == kindIdle:
 		return "idle, " + conns(c.conns)
 	case c.blocked > 0:

@@ -66,10 +66,20 @@ func mustServers(t *testing.T, names ...string) []server {
 	return srvs
 }
 
-// idleCell is p's idle cell, or nil.
+// idleCell is p's echo idle cell, or nil.
 func idleCell(p *plan) *cellPlan {
 	for _, cp := range p.cells {
-		if cp.kind == kindIdle {
+		if cp.kind == kindIdle && !cp.http() {
+			return cp
+		}
+	}
+	return nil
+}
+
+// httpIdleCell is p's net/http idle cell, or nil.
+func httpIdleCell(p *plan) *cellPlan {
+	for _, cp := range p.cells {
+		if cp.kind == kindIdle && cp.http() {
 			return cp
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/edgepoll/edgepoll/internal/loadproto"
 )
 
 // The idle experiment asks what a server keeps for a connection that is
@@ -73,23 +75,34 @@ func isEchoserver(s server) bool { return strings.HasPrefix(s.bin, "echoserver")
 // ones as missing, with the ratio of each as-is figure to net's; the
 // figures a peer cannot give (its memstats) are "—".
 func idleBlock(id string, v cellVerdict) block {
+	each, message, tells := fmt.Sprintf("one %d-byte echo", v.cp.size), "message", "Only echoserver collects and tells (loadgen's memstats request); peers show —."
+	if v.cp.http() {
+		each, message = "one keep-alive GET /plaintext of cmd/httpserver (net/http)", "GET"
+		tells = "cmd/httpserver collects and tells (GET " + loadproto.MemstatsPath + ", loadgen -idle -proto http)."
+	}
 	b := block{id: id, title: "Idle connections: server resident memory (VmRSS), a fresh server process per configuration, one sample each.",
 		notes: []string{
-			fmt.Sprintf("%s, each after one %d-byte echo, quiet. KiB per conn: "+
+			fmt.Sprintf("%s, each after %s, quiet. KiB per conn: "+
 				"as-is (RSS all - RSS 1 conn) / (conns - 1), the verdict's figure; after GC the same, "+
 				"each reading after runtime.GC and debug.FreeOSMemory in the server; after burst "+
-				"(RSS - RSS 1 conn) / (conns - 1) once every connection has sent one more message before any echo was read "+
-				"(for echoserver after the collections).", conns(v.cp.conns), v.cp.size),
+				"(RSS - RSS 1 conn) / (conns - 1) once every connection has sent one more %s before any answer was read "+
+				"(for the servers that tell, after the collections).", conns(v.cp.conns), each, message),
 			"heap live (B/conn) and objects (per conn): runtime/metrics' /gc/heap/live and /gc/heap/objects after those " +
-				"collections, all minus 1 conn, / (conns - 1). Only echoserver collects and tells (loadgen's memstats request); peers show —.",
+				"collections, all minus 1 conn, / (conns - 1). " + tells,
 			"kernel (KiB/conn): /proc/meminfo Slab with all conns minus before the first, / conns. It is system-wide and " +
 				"holds both ends of each connection (the client's socket too, on loopback); a rough figure, since anything " +
 				"else the machine does moves Slab too. RSS holds no kernel memory.",
-			fmt.Sprintf("echoserver configurations (net, netpoll) run with -buf %d, the bufio.Reader net/http keeps per connection, "+
-				"not their default 64 KiB. Peers run as they are.", idleEchoBuf),
 		},
 		head: []string{"config", "conns", "RSS 1 conn", "RSS all", "as-is", "vs net", "after GC", "heap live", "objects", "after burst", "kernel"},
 		left: 1, indent: "  "}
+	if v.cp.http() {
+		b.title = "Idle net/http connections: " + strings.TrimPrefix(b.title, "Idle connections: ")
+		b.notes = append(b.notes, "net is cmd/httpserver on stock Go; the rt- rows the same built with the patched toolchain, "+
+			"under their GODEBUG (rt-profile's httpidlezeroread lets an idle keep-alive connection wait without its buffers).")
+	} else {
+		b.notes = append(b.notes, fmt.Sprintf("echoserver configurations (net, netpoll) run with -buf %d, the bufio.Reader net/http keeps per connection, "+
+			"not their default 64 KiB. Peers run as they are.", idleEchoBuf))
+	}
 	conns := strconv.Itoa(v.cp.conns)
 	kib := func(r cfgRow, unit string) string {
 		if x, ok := r.med[unit]; ok && !math.IsNaN(x) {

@@ -8,10 +8,12 @@
 // connection's requests held 2 ms by the server, outside its poller, while
 // another pings), echo under a CPU quota (a cgroup of 0.5 CPU, the tail and
 // throttling measured), an open-loop sweep, resident memory per idle
-// connection (18,000 of them) and the thundering-herd experiment. Every
+// connection (18,000 of them, echo, and net/http keep-alive for net and the
+// runtime's profile rows) and the thundering-herd experiment. Every
 // configuration (package net, netpoll's default and modes, on demand, its
 // spinning and adaptive pollers, the peers gnet, nbio and
-// cloudwego/netpoll, a C epoll reference, the patched runtime's rows) runs
+// cloudwego/netpoll, a C epoll reference, the patched runtime's rows, of
+// which rt-none and the recommended profile rt-profile join every cell) runs
 // as a separate server process under cmd/loadgen, once per round, in a
 // random order within the round (-seed), so the host's drift between
 // rounds cancels in the within-round ratios. -before REF adds the default
@@ -30,10 +32,11 @@
 // server is the bottleneck, server CPU per request where the load
 // generator or the machine is saturated or the loop is open, the time
 // throttled under a quota, the pinging connection's p99 beside a blocked
-// one, memory per idle connection. netpollbench exits non-zero if a
-// measurement failed.
+// one, memory per idle connection; and the runtime's profile against
+// rt-none and net in every cell (profile.go). netpollbench exits non-zero
+// if a measurement failed.
 //
-//	go run ./cmd/netpollbench              # about six minutes on 2 CPUs
+//	go run ./cmd/netpollbench              # about six and a half minutes on 2 CPUs
 //	go run ./cmd/netpollbench -full        # the whole matrix
 //	go run ./cmd/netpollbench -compare out/OLD
 //	go run ./cmd/netpollbench -before HEAD~1 # the default beside itself built from the parent commit
@@ -116,7 +119,14 @@ type runDefaults struct {
 
 // runBudget is how long the default run may take to measure, on 2 CPUs
 // with the runtime's rows, by its plan's estimate (TestDefaultRunTime).
-const runBudget = 6 * time.Minute
+// It was 6 minutes, with the estimate at 5m27s, before the profile's rows
+// (profileConfigs) joined every cell (issue 37); they add about a minute
+// (6m27s): rt-none and rt-profile in the two unpinned echo cells (18 s),
+// the sweep's two open-loop rates (15 s) and the blocked neighbour (9 s),
+// and the HTTP idle cell of net, rt-none and rt-profile (17 s). The
+// rounds and windows stay as they were: fewer would widen the paired
+// intervals the profile is judged on.
+const runBudget = 6*time.Minute + 30*time.Second
 
 var (
 	// The default run: the configurations the verdict needs (package net,
@@ -126,7 +136,7 @@ var (
 	// within runBudget. -full runs the whole matrix.
 	defaults = runDefaults{
 		configs:   []string{"net", "auto", "et", "ondemand", "gnet"},
-		rtConfigs: []string{"rt-none", "rt-profile"},
+		rtConfigs: profileConfigs,
 		conns:     "1,50", sizes: "64",
 		rounds: 6, duration: 400 * time.Millisecond, warmup: 150 * time.Millisecond,
 		sweepRounds: 5,
@@ -209,7 +219,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	httpFlag := fs.String("http", "", "comma-separated configurations also measured serving net/http plaintext over keep-alive at each of -conns, among "+strings.Join(httpConfigs, ", ")+
 		", or none (default "+strings.Join(defaultHTTPConfigs, ",")+" and the runtime's rows of the run; -full: all of them among -configs)")
 	rt := fs.String("runtime", "auto", "rows for the patched runtime (runtime_patch/build.sh) under GODEBUG settings, package net's servers: auto (when the toolchain is built), on or off")
-	fs.IntVar(&o.idle, "idle", 18000, "idle connections held open to measure each server's resident memory per connection; 0 skips it")
+	fs.IntVar(&o.idle, "idle", 18000, "idle connections held open to measure each server's resident memory per connection, echo and "+
+		"net/http ("+strings.Join(httpIdleConfigs, ", ")+" among the -http configurations); 0 skips them")
 	fs.StringVar(&o.before, "before", "", "a git commit `REF`: also run the configuration before, "+defaultCfg+" served by cmd/echoserver built from REF, "+
 		"in the echo cells and the idle experiment, paired with "+defaultCfg+" within rounds (before-NAME in -configs serves echoserver's NAME so)")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the order within rounds (default: from the clock; raw.txt records it)")

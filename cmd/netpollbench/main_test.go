@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -132,7 +133,8 @@ func TestTiny(t *testing.T) {
 	}
 	checkReport(t, out, stdout.String(), ran, []string{"Verdict: ", "echo, 1 conn, 64 B", "echo, 4 conns, 64 B",
 		"echo, 4 conns, 64 B, unpinned", "net/http plaintext, keep-alive, 1 conn", "net/http plaintext, keep-alive, 4 conns",
-		"blocked neighbour, echo 64 B: 1 conn pinging beside 1 conn whose requests the server holds 2ms, unpinned", "Idle connections: "})
+		"blocked neighbour, echo 64 B: 1 conn pinging beside 1 conn whose requests the server holds 2ms, unpinned", "Idle connections: ",
+		"Idle net/http connections: "})
 	// The blocked neighbour: net and ondemand (auto is not among
 	// -configs), the pinger's figures and the held requests counted.
 	nb, err := readResults(filepath.Join(out, neighbourFile))
@@ -150,9 +152,22 @@ func TestTiny(t *testing.T) {
 	if slices.Sort(got); !slices.Equal(got, []string{"net", "net", "ondemand", "ondemand"}) {
 		t.Errorf("neighbour.txt has %v, want net and ondemand in each of 2 rounds", got)
 	}
+	// The echo idle cell, a result per configuration, and the net/http
+	// one: net's cmd/httpserver held 20 connections after a GET each and
+	// told its figures (GET /debug/memstats).
 	idle, err := readResults(filepath.Join(out, "idle.txt"))
-	if err != nil || len(idle) != len(ran) {
-		t.Errorf("idle.txt: %d results (%v), want one per configuration (%d)", len(idle), err, len(ran))
+	if err != nil || len(idle) != len(ran)+1 {
+		t.Errorf("idle.txt: %d results (%v), want one per configuration (%d) and net/http's", len(idle), err, len(ran))
+	}
+	var httpIdle []result
+	for _, r := range idle {
+		if r.labels["proto"] == "http" {
+			httpIdle = append(httpIdle, r)
+		}
+	}
+	if len(httpIdle) != 1 || httpIdle[0].labels["cfg"] != "net" || httpIdle[0].labels["conns"] != "20" ||
+		httpIdle[0].metrics["rss-bytes"] <= 0 || httpIdle[0].metrics["goroutines/conn"] < 1 {
+		t.Errorf("net/http idle results %v: want net's, 20 conns, its RSS read and at least a goroutine per connection told", httpIdle)
 	}
 	if !strings.Contains(stdout.String(), "KiB per conn") {
 		t.Errorf("the summary lacks the idle table")
@@ -553,7 +568,7 @@ func TestDefaults(t *testing.T) {
 	}
 	for _, want := range []string{"echo, 1 conn", "echo, 50 conns", "echo, 1 conn, unpinned", "echo, 50 conns, unpinned",
 		"http, 1 conn", "http, 50 conns", "blocked neighbour, unpinned", "echo, 1 conn, quota 0.5", "open loop 2000/s",
-		"idle, 18000 conns", "herd, pipe", "herd, accept"} {
+		"idle, 18000 conns", "idle http, 18000 conns", "herd, pipe", "herd, accept"} {
 		if !slices.Contains(titles, want) {
 			t.Errorf("default plan lacks the cell %q: %q", want, titles)
 		}
@@ -639,8 +654,73 @@ func TestDefaults(t *testing.T) {
 			t.Errorf("%s %s in round %d, want 1", j.c, j.s.name, j.round)
 		}
 	}
-	if last[kindIdle] != len(idle.srvs) || last[kindHerd] != 5 || last[kindLoad] != 0 {
-		t.Errorf("after the rounds %v: want the idle cell's %d and the herd's 5", last, len(idle.srvs))
+	httpIdle := httpIdleCell(p)
+	if httpIdle == nil || httpIdle.conns != 18000 || len(httpIdle.srvs) != 1 || !has(httpIdle, "net") {
+		t.Fatalf("net/http idle cell %+v: want 18000 connections, one sample of net (the runtime's rows are off)", httpIdle)
+	}
+	if last[kindIdle] != len(idle.srvs)+len(httpIdle.srvs) || last[kindHerd] != 5 || last[kindLoad] != 0 {
+		t.Errorf("after the rounds %v: want the idle cells' %d and the herd's 5", last, len(idle.srvs)+len(httpIdle.srvs))
+	}
+}
+
+// TestProfileRows: the default run, with the patched toolchain (a stub),
+// has rt-none and rt-profile in every cell but the herd's and the echo
+// idle cell's: pinned and unpinned echo at 1 and 50 connections, net/http
+// at 1 and 50 (on cmd/httpserver built with the patched toolchain), the
+// quota cell, every rate of the open-loop sweep, the blocked neighbour
+// (with -delay) and the net/http idle cell beside net; the profile's row
+// runs under GODEBUG=rtProfile and rt-none under none. An echo server
+// never calls Read(nil), so the echo idle cell has no rt- row.
+func TestProfileRows(t *testing.T) {
+	stubPatchedToolchain(t)
+	p, _ := testPlan(t, "-pin", "on")
+	var judged []string
+	for _, cp := range p.cells {
+		names := map[string]server{}
+		for _, s := range cp.srvs {
+			names[s.name] = s
+		}
+		switch {
+		case cp.kind == kindHerd:
+			continue
+		case cp.kind == kindIdle && !cp.http():
+			for n := range names {
+				if strings.HasPrefix(n, "rt-") {
+					t.Errorf("%s: has %s", cp.short(), n)
+				}
+			}
+			continue
+		}
+		judged = append(judged, cp.short())
+		none, okNone := names["rt-none"]
+		prof, okProf := names[profileCfg]
+		if _, okNet := names["net"]; !okNone || !okProf || !okNet {
+			t.Errorf("%s: rt-none %v, %s %v, net %v; want all three", cp.short(), okNone, profileCfg, okProf, okNet)
+			continue
+		}
+		if len(none.env) != 0 || strings.Join(prof.env, " ") != "GODEBUG="+rtProfile {
+			t.Errorf("%s: rt-none's environment %q, %s's %q", cp.short(), none.env, profileCfg, prof.env)
+		}
+		if cp.http() {
+			if b := httpBin(prof); b != "httpserver-rt" {
+				t.Errorf("%s: %s runs %s, want httpserver-rt (the patched toolchain's)", cp.short(), profileCfg, b)
+			}
+		} else if prof.bin != "echoserver-rt" {
+			t.Errorf("%s: %s runs %s, want echoserver-rt", cp.short(), profileCfg, prof.bin)
+		}
+		if cp.blocked > 0 && !strings.HasSuffix(strings.Join(prof.args, " "), " -delay 2ms") {
+			t.Errorf("%s: %s's flags %q, want -delay 2ms", cp.short(), profileCfg, prof.args)
+		}
+	}
+	want := []string{"echo, 1 conn", "echo, 50 conns", "echo, 1 conn, unpinned", "echo, 50 conns, unpinned", "http, 1 conn", "http, 50 conns",
+		"blocked neighbour, unpinned", "echo, 1 conn, quota 0.5", "open loop 2000/s", "open loop 10000/s", "idle http, 18000 conns"}
+	for _, w := range want {
+		if !slices.Contains(judged, w) {
+			t.Errorf("the default plan has no cell %q with the profile's rows: %q", w, judged)
+		}
+	}
+	if sw := sweepOf(p); sw == nil || !slices.ContainsFunc(sw.srvs, isProfileRow) {
+		t.Errorf("the sweep's configurations lack the profile's rows")
 	}
 }
 
@@ -833,6 +913,66 @@ func TestBadFlags(t *testing.T) {
 // GODEBUG=netpollzeroread=1) and echoes. It needs the toolchain
 // runtime_patch/build.sh builds (.ci/run builds it before the tests).
 func TestRuntimeRows(t *testing.T) {
+	out, stdout, n := runRuntimeRows(t, "net,rt-none,rt-shortread,rt-zeroread", "net,rt-shortread", 0)
+	for _, k := range []string{"net   ", "rt-none  patched none", "rt-shortread  patched netpollshortread:1", "rt-shortread http patched netpollshortread:1", "net http  ",
+		"rt-zeroread  patched netpollzeroread:1"} {
+		if n[k] != 2 {
+			t.Errorf("%q: %d results, want 2 (all: %v)", k, n[k], n)
+		}
+	}
+	checkReport(t, out, stdout, []string{"net", "rt-none", "rt-shortread", "rt-zeroread"}, []string{"echo, 1 conn, 64 B", "net/http plaintext, keep-alive, 1 conn"})
+}
+
+// TestProfileRun runs the profile's rows end to end on the patched
+// toolchain: rt-none and rt-profile serve echo and net/http (httpserver
+// built with the patched toolchain, rt-profile under GODEBUG=rtProfile,
+// whose httpidlezeroread a toolchain without that patch ignores); the
+// net/http idle cell holds net's, rt-none's and rt-profile's connections,
+// each server telling its figures; the echo idle cell has net alone; and
+// the summary has the profile's block.
+func TestProfileRun(t *testing.T) {
+	rows := "net,rt-none," + profileCfg
+	out, stdout, n := runRuntimeRows(t, rows, rows, 20)
+	profile := "patched " + strings.ReplaceAll(rtProfile, "=", ":")
+	for _, k := range []string{"rt-none  patched none", "rt-none http patched none", profileCfg + "  " + profile, profileCfg + " http " + profile} {
+		if n[k] != 2 {
+			t.Errorf("%q: %d results, want 2 (all: %v)", k, n[k], n)
+		}
+	}
+	idle, err := readResults(filepath.Join(out, idleFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var echoIdle, httpIdle []string
+	for _, r := range idle {
+		if r.labels["proto"] != "http" {
+			echoIdle = append(echoIdle, r.labels["cfg"])
+			continue
+		}
+		httpIdle = append(httpIdle, r.labels["cfg"])
+		if r.metrics["rss-bytes"] <= 0 || r.metrics["goroutines/conn"] < 1 {
+			t.Errorf("net/http idle %s: RSS %v, goroutines/conn %v; want the RSS read and the server's figures told",
+				r.labels["cfg"], r.metrics["rss-bytes"], r.metrics["goroutines/conn"])
+		}
+	}
+	if slices.Sort(httpIdle); !slices.Equal(httpIdle, []string{"net", "rt-none", profileCfg}) || !slices.Equal(echoIdle, []string{"net"}) {
+		t.Errorf("idle.txt: net/http %v, echo %v; want net, rt-none and %s over net/http, net alone over echo", httpIdle, echoIdle, profileCfg)
+	}
+	for _, w := range []string{"The runtime's profile (rt-profile) against rt-none and against package net", "idle http, 20 conns", "Target"} {
+		if !strings.Contains(stdout, w) {
+			t.Errorf("the summary lacks %q:\n%s", w, stdout)
+		}
+	}
+}
+
+// runRuntimeRows runs netpollbench on the patched toolchain (skipping
+// the test without it, or with -short) over configs, http among them
+// serving net/http, echo at 1 connection pinned, and idle connections
+// (0: none), 2 rounds; every load measured has its req/s and no error. It
+// returns the output directory, stdout and raw.txt's results counted by
+// "cfg proto runtime godebug".
+func runRuntimeRows(t *testing.T, configs, http string, idle int) (string, string, map[string]int) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("builds servers with the patched toolchain and runs processes; skipped with -short")
 	}
@@ -841,8 +981,8 @@ func TestRuntimeRows(t *testing.T) {
 	}
 	out := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	err := run([]string{"-out", out, "-configs", "net,rt-none,rt-shortread,rt-zeroread", "-http", "net,rt-shortread", "-conns", "1", "-quota", "0", "-unpinned=false", "-neighbour=false",
-		"-herd=false", "-sweep=false", "-idle", "0", "-rounds", "2", "-duration", "300ms", "-warmup", "100ms"}, &stdout, &stderr)
+	err := run([]string{"-out", out, "-configs", configs, "-http", http, "-conns", "1", "-quota", "0", "-unpinned=false", "-neighbour=false",
+		"-herd=false", "-sweep=false", "-idle", strconv.Itoa(idle), "-rounds", "2", "-duration", "300ms", "-warmup", "100ms"}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
 	}
@@ -857,13 +997,7 @@ func TestRuntimeRows(t *testing.T) {
 		}
 		n[r.labels["cfg"]+" "+r.labels["proto"]+" "+r.labels["runtime"]+" "+r.labels["godebug"]]++
 	}
-	for _, k := range []string{"net   ", "rt-none  patched none", "rt-shortread  patched netpollshortread:1", "rt-shortread http patched netpollshortread:1", "net http  ",
-		"rt-zeroread  patched netpollzeroread:1"} {
-		if n[k] != 2 {
-			t.Errorf("%q: %d results, want 2 (all: %v)", k, n[k], n)
-		}
-	}
-	checkReport(t, out, stdout.String(), []string{"net", "rt-none", "rt-shortread", "rt-zeroread"}, []string{"echo, 1 conn, 64 B", "net/http plaintext, keep-alive, 1 conn"})
+	return out, stdout.String(), n
 }
 
 // TestStartEnv: a configuration's environment reaches its server process.

@@ -59,14 +59,24 @@ const (
 // demand, and package net's server on the patched toolchain without a
 // setting, with the runtime's adaptive spinning (netpollspin=auto), which
 // reads the quota too, and with the runtime's profile.
-var quotaConfigs = []string{"net", spinNever, defaultCfg, onDemandCfg, "rt-none", "rt-spinauto", "rt-profile"}
+var quotaConfigs = []string{"net", spinNever, defaultCfg, onDemandCfg, "rt-none", "rt-spinauto", profileCfg}
 
 // neighbourConfigs are the blocked-neighbour cell's configurations, those
-// of them the run has: package net, netpoll's default and on demand, and
-// (when asked for in -configs) the default under wait=inline and on demand
-// with a goroutine per call, whose tails issue 35 compares; all of them
-// cmd/echoserver, which honours loadgen's Delay requests.
-var neighbourConfigs = []string{"net", defaultCfg, onDemandCfg, "auto-inline", "ondemand-go", "ondemand-inline"}
+// of them the run has: package net, netpoll's default and on demand, (when
+// asked for in -configs) the default under wait=inline and on demand with
+// a goroutine per call, whose tails issue 35 compares, and the profile's
+// rows; all of them cmd/echoserver (the rt- rows built with the patched
+// toolchain), which honours loadgen's Delay requests.
+var neighbourConfigs = []string{"net", defaultCfg, onDemandCfg, "auto-inline", "ondemand-go", "ondemand-inline", "rt-none", profileCfg}
+
+// httpIdleConfigs are the HTTP idle cell's configurations, those of them
+// among the run's net/http configurations (-http): cmd/httpserver on
+// package net, on stock Go and on the patched toolchain without a setting
+// and under the profile, whose httpidlezeroread lets net/http's idle
+// keep-alive connections wait without buffers. An echo server never calls
+// Read(nil), so the profile cannot change its idle memory: the echo idle
+// cell has no rt- rows but rt-zeroread's (idleServer).
+var httpIdleConfigs = []string{"net", "rt-none", profileCfg}
 
 // neighbourDelay is how long the server holds each request of the
 // blocked connection in the blocked-neighbour cell: a backend call, far
@@ -94,14 +104,15 @@ func makePlan(o *options, srvs []server, quotaErr error) *plan {
 		placements = append(placements, true)
 	}
 	for i, unpinned := range placements {
-		// The default run keeps the runtime's rows and net/http to the
-		// first placement; -full measures them in both.
+		// The default run keeps net/http and the runtime's rows to the
+		// first placement, but for the profile's (profileConfigs), which
+		// are in every cell; -full measures them all in both.
 		extra := i > 0 && !o.full
 		for _, c := range o.shapes {
 			c.unpinned = unpinned
 			ss := srvs
 			if extra {
-				ss = keep(srvs, func(s server) bool { return !strings.HasPrefix(s.name, "rt-") })
+				ss = keep(srvs, func(s server) bool { return !strings.HasPrefix(s.name, "rt-") || isProfileRow(s) })
 			}
 			closed(c, ss)
 		}
@@ -156,19 +167,26 @@ func planNeighbour(p *plan, o *options, srvs []server) {
 		rounds: o.rounds, warm: true, warmup: o.warmup, duration: o.duration, file: neighbourFile})
 }
 
-// planIdle adds the idle cell: o.idle connections to a fresh process of
+// planIdle adds the idle cells: o.idle connections to a fresh process of
 // each idle server (idleServer), placed as the run's first placement, one
-// sample each.
+// sample each; and the same over net/http (loadgen -idle -proto http) for
+// httpIdleConfigs among the run's net/http configurations.
 func planIdle(p *plan, o *options, srvs []server) {
 	var ss []server
 	for _, s := range keep(srvs, idleServer) {
 		ss = append(ss, idleArgs(s))
 	}
-	if len(ss) == 0 {
-		return
+	c := cell{kind: kindIdle, conns: o.idle, size: idleMsgSize, unpinned: !o.pinned}
+	if len(ss) > 0 {
+		p.cells = append(p.cells, &cellPlan{cell: c, srvs: ss, rounds: 1, file: idleFile})
 	}
-	p.cells = append(p.cells, &cellPlan{cell: cell{kind: kindIdle, conns: o.idle, size: idleMsgSize, unpinned: !o.pinned}, srvs: ss,
-		rounds: 1, file: idleFile})
+	hs := keep(srvs, func(s server) bool {
+		return slices.Contains(httpIdleConfigs, s.name) && slices.Contains(o.http, s.name)
+	})
+	if len(hs) > 0 {
+		c.proto, c.size = "http", 0
+		p.cells = append(p.cells, &cellPlan{cell: c, srvs: hs, rounds: 1, file: idleFile})
+	}
 }
 
 // rounds is the most rounds of any load cell.

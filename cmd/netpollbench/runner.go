@@ -145,20 +145,24 @@ func (r *runner) load(ctx context.Context, s server, cp *cellPlan) (string, erro
 
 // idle measures cp.conns idle connections on a fresh process of s with
 // loadgen -idle, which reads the server's memory itself (cmd/loadgen's
-// idle.go), and returns its benchmark line.
+// idle.go), and returns its benchmark line. An HTTP idle cell runs
+// cmd/httpserver with the configuration's flags, and loadgen -proto http.
 func (r *runner) idle(ctx context.Context, s server, cp *cellPlan) (string, error) {
 	// The servers inherit this process's limit on descriptors.
 	if err := raiseNoFile(cp.conns + 64); err != nil {
 		return "", fmt.Errorf("%s %s: %w", s.name, cp, err)
 	}
 	pin := r.pin && !cp.unpinned
-	srv, err := r.start(ctx, pin, nil, r.bins[s.bin], s.args, s.env, idleLifetime)
+	bin, label, proto := s.bin, s.label+cp.labels(), []string{"-size", strconv.Itoa(cp.size)}
+	if cp.http() {
+		bin, label, proto = httpBin(s), label+"/proto=http", []string{"-proto", "http"}
+	}
+	srv, err := r.start(ctx, pin, nil, r.bins[bin], s.args, s.env, idleLifetime)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", s.name, err)
 	}
-	lg := r.command(ctx, pin, 1, r.bins["loadgen"], "-idle", "-addr", srv.addr,
-		"-conns", strconv.Itoa(cp.conns), "-size", strconv.Itoa(cp.size),
-		"-server-pid", strconv.Itoa(srv.cmd.Process.Pid), "-format", "bench", "-labels", s.label+cp.labels())
+	lg := r.command(ctx, pin, 1, r.bins["loadgen"], append(proto, "-idle", "-addr", srv.addr, "-conns", strconv.Itoa(cp.conns),
+		"-server-pid", strconv.Itoa(srv.cmd.Process.Pid), "-format", "bench", "-labels", label)...)
 	var lgOut, lgErr bytes.Buffer
 	lg.Stdout, lg.Stderr = &lgOut, &lgErr
 	lgErrRun := lg.Run()

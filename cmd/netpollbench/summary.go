@@ -39,6 +39,9 @@ func (b block) leftAligned(i int) bool {
 // summaryBlocks builds the verdict and the detail of every cell.
 func summaryBlocks(t *table, vs []cellVerdict) []block {
 	bs := []block{verdictBlock(t, vs)}
+	if b := profileBlock(vs); b != nil {
+		bs = append(bs, *b)
+	}
 	if b := beforeBlock(t, vs); b != nil {
 		bs = append(bs, *b)
 	}
@@ -63,7 +66,7 @@ func verdictBlock(t *table, vs []cellVerdict) block {
 	b := block{id: "verdict", title: fmt.Sprintf("Verdict: netpoll's default (%s), and serving on demand (%s, indented), against package net and the best peer",
 		defaultCfg, onDemandCfg),
 		head: []string{"cell", "measure", "figure", "vs net", "vs best peer"}, left: 2, indent: "  "}
-	count := map[string]map[string][]string{} // cfg -> word against net -> cells
+	count := map[string]wordCount{} // cfg -> its cells by word against net
 	for _, v := range vs {
 		net := v.row("net")
 		if net != nil && net.missing {
@@ -93,11 +96,10 @@ func verdictBlock(t *table, vs []cellVerdict) block {
 			}
 			b.rows = append(b.rows, []string{label, m.name, fmtUnit(m.unit, x.med[m.unit]), vsNet, peer})
 			if net != nil && x.vsNet != nil {
-				w := x.vsNet.verdict(m.higherBetter)
 				if count[cfg] == nil {
-					count[cfg] = map[string][]string{}
+					count[cfg] = wordCount{}
 				}
-				count[cfg][w] = append(count[cfg][w], v.cp.short())
+				count[cfg].add(x.vsNet, m, v.cp.short())
 			}
 		}
 	}
@@ -111,18 +113,12 @@ func verdictBlock(t *table, vs []cellVerdict) block {
 	// The one line each: where the default and on demand win, are
 	// level, lose against net.
 	for _, cfg := range verdictConfigs {
-		var parts []string
-		for _, w := range []string{verdictWins, verdictLevel, verdictLoses, verdictUnresolved} {
-			if cs := count[cfg][w]; len(cs) > 0 {
-				parts = append(parts, fmt.Sprintf("%s in %d (%s)", w, len(cs), strings.Join(cs, "; ")))
-			}
-		}
-		if len(parts) > 0 {
+		if words := count[cfg].String(); words != "" {
 			who := "the default"
 			if cfg != defaultCfg {
 				who = "serving on demand"
 			}
-			b.notes = append(b.notes, "Against package net, "+who+" "+strings.Join(parts, ", ")+".")
+			b.notes = append(b.notes, "Against package net, "+who+" "+words+".")
 		}
 	}
 	if n := beforeNote(t, vs); n != "" {
@@ -135,11 +131,36 @@ func verdictBlock(t *table, vs []cellVerdict) block {
 	if slices.ContainsFunc(t.plan.cells, func(cp *cellPlan) bool { return cp.kind == kindHerd }) {
 		b.rows = append(b.rows, []string{"herd", "—", "", "not judged", "epoll's own modes"})
 	}
-	b.foot = append(b.foot, "Ratios: the configuration's figure over the other's, paired within rounds (every configuration measured once per round, "+
-		"in a random order): geometric mean and 95% interval (t-interval of the mean log ratio over rounds). wins/loses: the interval "+
-		"excludes 1.0 on that side; level: it lies within [0.95, 1.05]; unresolved: neither. For a time, CPU or memory a ratio "+
-		"under 1 is better. Idle memory is one sample per configuration: its word is from the ratio alone.")
+	b.foot = append(b.foot, ratioRule)
 	return b
+}
+
+// ratioRule says how the verdict's ratios and words are made.
+const ratioRule = "Ratios: the configuration's figure over the other's, paired within rounds (every configuration measured once per round, " +
+	"in a random order): geometric mean and 95% interval (t-interval of the mean log ratio over rounds). wins/loses: the interval " +
+	"excludes 1.0 on that side; level: it lies within [0.95, 1.05]; unresolved: neither. For a time, CPU or memory a ratio " +
+	"under 1 is better. Idle memory is one sample per configuration: its word is from the ratio alone."
+
+// wordCount is a configuration's cells by its verdict word against
+// another.
+type wordCount map[string][]string
+
+// add counts cell under c's word on m.
+func (wc wordCount) add(c *comparison, m measure, cell string) {
+	w := c.verdict(m.higherBetter)
+	wc[w] = append(wc[w], cell)
+}
+
+// String is the count for people: "wins in 2 (echo, 1 conn; http, 1
+// conn), level in 1 (echo, 50 conns)"; "" for none.
+func (wc wordCount) String() string {
+	var parts []string
+	for _, w := range []string{verdictWins, verdictLevel, verdictLoses, verdictUnresolved} {
+		if cs := wc[w]; len(cs) > 0 {
+			parts = append(parts, fmt.Sprintf("%s in %d (%s)", w, len(cs), strings.Join(cs, "; ")))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // detailBlock is a cell's table: every configuration's medians and its

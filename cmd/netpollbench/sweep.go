@@ -20,8 +20,8 @@ import (
 // frontier), and the CPU it keeps busy against the offered load.
 
 // sweepConfigs are the configurations the sweep measures, those of them
-// the run has.
-var sweepConfigs = []string{"net", "et", "inline", "auto", "auto-inline", "spin", "ondemand", "gnet", "c"}
+// the run has: the profile's rows (profileConfigs) among them.
+var sweepConfigs = []string{"net", "et", "inline", "auto", "auto-inline", "spin", "ondemand", "gnet", "c", "rt-none", profileCfg}
 
 // sweepShape is the sweep's load apart from the rate.
 var sweepShape = cell{conns: 1, size: 64}

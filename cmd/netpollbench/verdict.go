@@ -54,6 +54,7 @@ type cfgRow struct {
 	n        int                // rounds measured
 	med      map[string]float64 // medians over rounds, by unit (value's units)
 	vsNet    *comparison        // on the cell's measure; nil for net itself or without net
+	vsNone   *comparison        // the profile's row (profileCfg) against rt-none on the cell's measure; nil for the others or without rt-none
 	vsNet2   *comparison        // on its second measure
 	vsPeer   *comparison        // against the best peer; nil for the peer itself or without one
 	vsBefore *beforePair        // against its before configuration (-before); nil without one
@@ -184,6 +185,11 @@ func judgeCell(t *table, cp *cellPlan, ncpu int) cellVerdict {
 			c2 := compare(series[r.cfg][v.second.unit], series["net"][v.second.unit])
 			c.oneSample, c2.oneSample = one, one
 			r.vsNet, r.vsNet2 = &c, &c2
+		}
+		if none := v.row("rt-none"); r.cfg == profileCfg && none != nil && !none.missing {
+			c := compare(series[r.cfg][m.unit], series["rt-none"][m.unit])
+			c.oneSample = one
+			r.vsNone = &c
 		}
 		if v.peer != "" && r.cfg != v.peer {
 			c := compare(series[r.cfg][m.unit], series[v.peer][m.unit])

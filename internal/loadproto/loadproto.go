@@ -187,10 +187,17 @@ func MarkOf(b []byte) Mark {
 // Figures are what a server answers a Memstats request with, read after
 // its collection (runtime/metrics' /gc/heap/live:bytes,
 // /gc/heap/objects:objects, /sched/goroutines:goroutines and
-// /memory/classes/heap/stacks:bytes in cmd/echoserver).
+// /memory/classes/heap/stacks:bytes: servecmd.Memstats).
 type Figures struct {
 	HeapLive, HeapObjects, Goroutines, Stacks uint64
 }
+
+// MemstatsPath is the HTTP counterpart of a Memstats request, for the
+// idle experiment over net/http: cmd/httpserver answers GET MemstatsPath,
+// after the same collection, with Figures as a JSON object (its field
+// names as keys). A server that does not know it answers 404, as a server
+// that knows no marks echoes a Memstats request.
+const MemstatsPath = "/debug/memstats"
 
 // StatsLen is the size of the figures in a Stats answer's body; a
 // Memstats request must be at least HeaderLen+StatsLen bytes.
