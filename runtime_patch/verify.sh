@@ -17,13 +17,16 @@
 #                  (the $sched pattern below: TestNetpoll*, TestPreempt*,
 #                   TestGoroutineParallelism, TestTimerFairness, ...)
 # netpollzeroread=1 combined with netpollshortread=1 and with
-# netpolloneshot=1 runs go test -short net internal/poll only.
+# netpolloneshot=1 runs go test -short net internal/poll only;
+# netpollzeroread=1,httpidlezeroread=1 (007: net/http's idle keep-alive
+# connections wait without buffers, which needs both) runs go test -short
+# net/http only.
 # Under a netpollshards setting it also runs the net and net/http tests
 # with 300 fds already open, so that their own fds are in shards other
 # than the root (shard 0 holds fds 0 to 255).
 # Then, for the recommended set together (netpollspin=auto,
-# netpollshortread=1,netpollzeroread=1 until the runtime issue after #36
-# names it): the full suites, not -short, of net (less the tests that
+# netpollshortread=1,netpollzeroread=1,httpidlezeroread=1, issue 37's
+# profile): the full suites, not -short, of net (less the tests that
 # need the Internet or privileges, $offline below), internal/poll,
 # net/http, os, sync and time; go test -short runtime (all of it); and
 # go test -race -short of net, internal/poll, sync and time.
@@ -50,8 +53,13 @@
 # goroutines keep the run queue busy); and for
 # netpollzeroread a zero-byte Read that waits for a later write, returns at
 # once for queued data with no new edge, ends with a deadline and with
-# Close, and leaves a reset for the next Read (stock: returns at once). It runs
-# every step, prints a summary, and exits 1 if any step failed.
+# Close, and leaves a reset for the next Read (stock: returns at once); and
+# for httpidlezeroread, an unmodified http.Server whose 200 idle keep-alive
+# connections (TCP, then unix) all wait in net/http's zero-byte Read,
+# counted by runtime/metrics, with at least 6 KiB less live heap per
+# connection than with neither setting or httpidlezeroread=1 alone, where
+# all wait in Peek and nothing is counted. It runs every step, prints a
+# summary, and exits 1 if any step failed.
 #
 # Environment read:
 #   EDGEPOLL_GOROOT        default GOROOT when no argument is given
@@ -61,9 +69,10 @@
 #                          next to GOROOT), kept between runs
 #   EDGEPOLL_RECOMMENDED   the GODEBUG value of the recommended set's deep
 #                          step (default netpollspin=auto,netpollshortread=1,
-#                          netpollzeroread=1); "-" skips that step
+#                          netpollzeroread=1,httpidlezeroread=1); "-" skips
+#                          that step
 #   EDGEPOLL_SETTINGS      space-separated GODEBUG values to test instead of
-#                          the nine above; write "-" for GODEBUG empty
+#                          the ten above; write "-" for GODEBUG empty
 #   TMPDIR                 where the temporary HOME and check binary go
 #   PATH                   to find strace, taskset and the C toolchain
 #   CI                     when set, check spinquota fails instead of
@@ -77,7 +86,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 goroot=${1:-${EDGEPOLL_GOROOT:-$HOME/.cache/edgepoll/$version}}
 goroot=$(cd "$goroot" 2>/dev/null && pwd) || { echo "verify.sh: no GOROOT at ${1:-${EDGEPOLL_GOROOT:-$HOME/.cache/edgepoll/$version}}; run build.sh first" >&2; exit 1; }
 cache=${EDGEPOLL_VERIFY_CACHE:-$(dirname "$goroot")/.verify-gocache}
-recommended=${EDGEPOLL_RECOMMENDED:-netpollspin=auto,netpollshortread=1,netpollzeroread=1}
+recommended=${EDGEPOLL_RECOMMENDED:-netpollspin=auto,netpollshortread=1,netpollzeroread=1,httpidlezeroread=1}
 # The full net suite's tests that need what a build machine may lack and
 # that do not exercise the netpoller: the Internet's DNS (the Lookup
 # tests, which back off for 36 s each without it), an unroutable address
@@ -88,7 +97,7 @@ offline='^Test(CgoLookup|Lookup|DialCancel|InterfaceArrivalAndDeparture|Concurre
 # The runtime's tests of the scheduler, the netpoller and timers, for each
 # setting alone: the parts of the runtime the settings change.
 sched='Netpoll|Sched|Preempt|GoroutineParallelism|BlockLocked|TimerFairness|GCFairness|NumGoroutine|PingPongHog|StealOrder|LockOSThread|Yield|StopTheWorld|Timer|Sleep|Spinning|Wakeup'
-read -r -a settings <<<"${EDGEPOLL_SETTINGS:-- netpolloneshot=1 netpollspin=50 netpollspin=auto netpollshards=4 netpollshortread=1 netpollzeroread=1 netpollzeroread=1,netpollshortread=1 netpollzeroread=1,netpolloneshot=1}"
+read -r -a settings <<<"${EDGEPOLL_SETTINGS:-- netpolloneshot=1 netpollspin=50 netpollspin=auto netpollshards=4 netpollshortread=1 netpollzeroread=1 netpollzeroread=1,netpollshortread=1 netpollzeroread=1,netpolloneshot=1 netpollzeroread=1,httpidlezeroread=1}"
 
 for v in $(compgen -e); do
 	[[ $v == GO* || $v == CGO_* ]] && unset "$v"
@@ -137,6 +146,13 @@ for s in "${settings[@]}"; do
 	[[ $s == - ]] && s=
 	label=${s:-default}
 	export GODEBUG=$s
+	if [[ $s == netpollzeroread=1,httpidlezeroread=1 ]]; then
+		# 007's setting, which acts only with netpollzeroread: the
+		# package it changes (its own tests, server_idlezeroread_test.go,
+		# run in this process then, without a child).
+		step "$label: go test net/http" go test -short -count=1 net/http
+		continue
+	fi
 	if [[ $s == netpollzeroread=1,* ]]; then
 		# netpollzeroread combined with another setting: the packages
 		# whose Reads it changes.
@@ -208,6 +224,7 @@ if [[ -x $tmp/check ]]; then
 	step "check shortsafe" "$tmp/check" shortsafe
 	step "check shortload" "$tmp/check" shortload
 	step "check zeroread" "$tmp/check" zeroread
+	step "check httpidle" "$tmp/check" httpidle
 fi
 
 echo

@@ -64,6 +64,8 @@ func child(args []string, stdout io.Writer) error {
 		return nil
 	case "zeroread":
 		return zeroReadChild(*want, stdout)
+	case "httpidle":
+		return httpIdleChild(*rounds, stdout)
 	case "shardlast":
 		line, err := shardLastChild()
 		if err != nil {

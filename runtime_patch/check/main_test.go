@@ -413,3 +413,43 @@ func TestJudgeShortSafe(t *testing.T) {
 		})
 	}
 }
+
+func TestJudgeHTTPIdle(t *testing.T) {
+	// Reports as the child prints them, one line per network.
+	const (
+		held     = "network=tcp conns=200 idlewait=0 peek=200 events=0 heap=10443\nnetwork=unix conns=200 idlewait=0 peek=200 events=0 heap=9790\n"
+		released = "network=tcp conns=200 idlewait=200 peek=0 events=200 heap=2086\nnetwork=unix conns=200 idlewait=200 peek=0 events=200 heap=1413\n"
+	)
+	tests := []struct {
+		name              string
+		none, alone, both string
+		fail              bool
+	}{
+		{name: "ok", none: held, alone: held, both: released},
+		{name: "both settings, buffers held", none: held, alone: held, both: held, fail: true},
+		{name: "alone takes effect", none: held, alone: released, both: released, fail: true},
+		{name: "one connection in Peek", none: held, alone: held, both: strings.Replace(released, "idlewait=200 peek=0", "idlewait=199 peek=1", 1), fail: true},
+		{name: "a wait not counted", none: held, alone: held, both: strings.Replace(released, "events=200", "events=199", 1), fail: true},
+		{name: "heap saving too small", none: held, alone: held, both: strings.Replace(released, "heap=2086", "heap=5000", 1), fail: true},
+		{name: "a network missing", none: held, alone: held, both: "network=tcp conns=200 idlewait=200 peek=0 events=200 heap=2086\n", fail: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var runs [3][]httpIdleRun
+			for i, out := range []string{tt.none, tt.alone, tt.both} {
+				r, err := parseHTTPIdle([]byte(out))
+				if err != nil {
+					t.Fatal(err)
+				}
+				runs[i] = r
+			}
+			err := judgeHTTPIdle(runs[0], runs[1], runs[2])
+			if (err != nil) != tt.fail {
+				t.Errorf("judgeHTTPIdle = %v; want failure %v", err, tt.fail)
+			}
+		})
+	}
+	if _, err := parseHTTPIdle([]byte("network=tcp conns=200\n")); err == nil {
+		t.Error("parseHTTPIdle accepted a line without its counts")
+	}
+}
