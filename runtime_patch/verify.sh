@@ -86,6 +86,9 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 goroot=${1:-${EDGEPOLL_GOROOT:-$HOME/.cache/edgepoll/$version}}
 goroot=$(cd "$goroot" 2>/dev/null && pwd) || { echo "verify.sh: no GOROOT at ${1:-${EDGEPOLL_GOROOT:-$HOME/.cache/edgepoll/$version}}; run build.sh first" >&2; exit 1; }
 cache=${EDGEPOLL_VERIFY_CACHE:-$(dirname "$goroot")/.verify-gocache}
+# The recommended set: issue 37's profile (netpollshortread=1,netpollzeroread=1,
+# httpidlezeroread=1, netpollbench's rt-profile) with netpollspin=auto added,
+# so that the full suites run with every setting a server would combine.
 recommended=${EDGEPOLL_RECOMMENDED:-netpollspin=auto,netpollshortread=1,netpollzeroread=1,httpidlezeroread=1}
 # The full net suite's tests that need what a build machine may lack and
 # that do not exercise the netpoller: the Internet's DNS (the Lookup
