@@ -57,7 +57,7 @@ func (r *runner) measure(ctx context.Context, j job) (string, error) {
 	case kindHerd:
 		return r.herdRun(ctx, j.s, j.c)
 	}
-	return r.load(ctx, j.s, j.c)
+	return r.load(ctx, j.s, j.c, j.round > 0)
 }
 
 // load runs one load generator against a fresh server process in cell
@@ -65,8 +65,12 @@ func (r *runner) measure(ctx context.Context, j job) (string, error) {
 // works and, under a quota, the throttling of the measured window
 // (throttled-periods, throttled-ns, out of quota-periods). An HTTP cell
 // runs cmd/httpserver with the configuration's flags. A line whose syscall
-// count failed comes with errNoSyscalls.
-func (r *runner) load(ctx context.Context, s server, cp *cellPlan) (string, error) {
+// count failed comes with errNoSyscalls. count is false in the warm-up
+// round, whose figures are set aside: its syscalls are not counted (it is
+// the run's first load after the builds, when perf stat is slowest to
+// attach, and a count that started after a short load ended found nothing
+// and failed the run for a figure nobody reads).
+func (r *runner) load(ctx context.Context, s server, cp *cellPlan, count bool) (string, error) {
 	life := cp.warmup + cp.duration + 30*time.Second
 	pin := r.pin && !cp.unpinned
 	bin, label := s.bin, s.label+cp.labels()
@@ -104,9 +108,12 @@ func (r *runner) load(ctx context.Context, s server, cp *cellPlan) (string, erro
 		return "", err
 	}
 	syscalls := make(chan float64, 1)
-	if r.perf {
+	switch {
+	case r.perf && count:
 		go func() { syscalls <- countSyscalls(ctx, srv.cmd.Process.Pid, cp.warmup, cp.duration) }()
-	} else {
+	case r.perf:
+		syscalls <- -1 // not counted: the warm-up round's line goes without syscalls/op
+	default:
 		syscalls <- -1
 	}
 	// The quota's counters at the end of the warm-up and of the load.
@@ -133,7 +140,7 @@ func (r *runner) load(ctx context.Context, s server, cp *cellPlan) (string, erro
 		d := end.Sub(throttleStart)
 		line += fmt.Sprintf("\t%d throttled-periods\t%d throttled-ns\t%d quota-periods", d.Throttled, d.ThrottledTime.Nanoseconds(), d.Periods)
 	}
-	if !r.perf {
+	if !r.perf || !count {
 		return line, nil
 	}
 	line, err = withSyscalls(line, n)
