@@ -18,16 +18,25 @@ import (
 // fix it also counted the sessions started while an M was blocked) and
 // the idle moments not spun because one was (spin-poller-busy).
 //
-// The child runs spinPollerPairs concurrent in-process ping-pongs with
+// The child runs spinPollerPairs concurrent in-process ping-pongs of
+// spinPollerRounds times -n round trips each, with
 // GOMAXPROCS=spinPollerProcs and netpollspin=50, where several Ms go idle
 // at once. The check asserts spin-beside-poller=0 and that sessions ran
 // (tried up to three times if none did, as the other spin checks do).
 // Before the fix the same run counted thousands (4,550 of 7,740 sessions
 // in one run).
+//
+// The rounds are many because the next fault the check found was narrow:
+// while a session claimed netpollSpinner before it took the poller role,
+// an M that won the role in that moment counted a session that never
+// started. With -n rounds alone (2,000) one run in eight to thirty counted
+// it; with ten times as many, 7 runs in 30 (runtime_patch/README.md, 002).
+// The run takes about half a second.
 
 const (
-	spinPollerProcs = 4
-	spinPollerPairs = 4
+	spinPollerProcs  = 4
+	spinPollerPairs  = 4
+	spinPollerRounds = 10 // times -n
 )
 
 func (c checker) spinPoller() error {
@@ -35,7 +44,7 @@ func (c checker) spinPoller() error {
 	godebug := "netpollspin=50,netpollstats=1"
 	names := []string{"spin-sessions", "spin-found", "spin-beside-poller", "spin-poller-busy"}
 	for try := 1; ; try++ {
-		_, stderr, err := c.child(godebug, env, nil, "pingpong", "-n", strconv.Itoa(c.rounds), "-pairs", strconv.Itoa(spinPollerPairs))
+		_, stderr, err := c.child(godebug, env, nil, "pingpong", "-n", strconv.Itoa(spinPollerRounds*c.rounds), "-pairs", strconv.Itoa(spinPollerPairs))
 		if err != nil {
 			return err
 		}
@@ -43,7 +52,7 @@ func (c checker) spinPoller() error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(c.out, "spinpoller: GODEBUG=%s GOMAXPROCS=%d pairs=%d", godebug, spinPollerProcs, spinPollerPairs)
+		fmt.Fprintf(c.out, "spinpoller: GODEBUG=%s GOMAXPROCS=%d pairs=%d rounds=%d", godebug, spinPollerProcs, spinPollerPairs, spinPollerRounds*c.rounds)
 		for _, name := range names {
 			fmt.Fprintf(c.out, " %s=%d", name, st[name])
 		}
