@@ -108,13 +108,11 @@ func (r *runner) load(ctx context.Context, s server, cp *cellPlan, count bool) (
 		return "", err
 	}
 	syscalls := make(chan float64, 1)
-	switch {
-	case r.perf && count:
+	count = count && r.perf
+	if count {
 		go func() { syscalls <- countSyscalls(ctx, srv.cmd.Process.Pid, cp.warmup, cp.duration) }()
-	case r.perf:
-		syscalls <- -1 // not counted: the warm-up round's line goes without syscalls/op
-	default:
-		syscalls <- -1
+	} else {
+		syscalls <- -1 // the line goes without syscalls/op
 	}
 	// The quota's counters at the end of the warm-up and of the load.
 	var throttleStart cpuquota.Stat
@@ -140,7 +138,7 @@ func (r *runner) load(ctx context.Context, s server, cp *cellPlan, count bool) (
 		d := end.Sub(throttleStart)
 		line += fmt.Sprintf("\t%d throttled-periods\t%d throttled-ns\t%d quota-periods", d.Throttled, d.ThrottledTime.Nanoseconds(), d.Periods)
 	}
-	if !r.perf || !count {
+	if !count {
 		return line, nil
 	}
 	line, err = withSyscalls(line, n)
