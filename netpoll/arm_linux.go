@@ -105,7 +105,7 @@ func (p *poller) unregister(d *desc) error {
 // d.armMu held.
 func (p *poller) modify(d *desc, events uint32) error {
 	flags := uint32(0)
-	if d.mode == oneShot {
+	if d.perPark() {
 		flags = unix.EPOLLONESHOT
 	}
 	e := unix.EpollEvent{Events: events | flags, Fd: int32(d.fd), Pad: int32(d.gen)}
@@ -140,19 +140,23 @@ func readWaits(d *desc) bool {
 }
 
 // armForPark makes sure an event will come for a direction about to park.
-// edgeTriggered: nothing to do, ever. oneShot: re-arm (one EPOLL_CTL_MOD per
+// edgeTriggered: nothing to do, unless the connection is hot
+// (hot_linux.go), whose registration is armed per park as oneShot's. oneShot: re-arm (one EPOLL_CTL_MOD per
 // park). levelTriggered: only if the wanted interest is not armed already.
 // An error fails d (fail): the registration may be gone (a DEL whose ADD
 // failed), and with armed unchanged a later park would find its interest
 // "armed" and wait for good.
 func (p *poller) armForPark(d *desc, dr *dir) error {
-	if d.mode == edgeTriggered {
+	if d.mode == edgeTriggered && !d.hot() {
 		return nil
 	}
 	d.armMu.Lock()
 	defer d.armMu.Unlock()
 	if d.failed() {
 		return p.ctl.get(d)
+	}
+	if d.mode == edgeTriggered && !d.hot() {
+		return nil // went cold meanwhile: its whole registration is back
 	}
 	err := p.arm(d)
 	if err != nil {
@@ -187,13 +191,14 @@ func (p *poller) arm(d *desc) error {
 }
 
 // rearmAfterEvent runs on the poller after an event for d in oneShot or
-// levelTriggered mode. oneShot: the kernel disarmed the whole fd, so a
+// levelTriggered mode, or hot (hot_linux.go). oneShot and hot: the kernel
+// disarmed the whole fd, so a
 // direction still parked must be armed again. levelTriggered: drop EPOLLOUT
 // once no writer is parked, or it would fire on every epoll_wait. An error
 // fails d: the parked direction would wait for good (oneShot), or EPOLLOUT
 // fire until Close (levelTriggered).
 func (p *poller) rearmAfterEvent(d *desc) {
-	if d.mode == oneShot && !readWaits(d) && d.wr.state.Load() != stWaiting {
+	if d.perPark() && !readWaits(d) && d.wr.state.Load() != stWaiting {
 		return
 	}
 	if d.mode == levelTriggered && d.armed.Load()&unix.EPOLLOUT == 0 {
@@ -212,7 +217,7 @@ func (p *poller) rearmAfterEvent(d *desc) {
 		return
 	}
 	want := interest(d)
-	if (d.mode == oneShot && want != 0) || (d.mode == levelTriggered && want != d.armed.Load()) {
+	if (d.perPark() && want != 0) || (d.mode == levelTriggered && want != d.armed.Load()) {
 		if err := p.modify(d, want); err != nil {
 			p.fail(d, err)
 		}

@@ -183,6 +183,10 @@ type settings struct {
 	// goDispatch: a Server's handler calls start goroutines of their own
 	// (dispatch=go) instead of running on the goroutine that polled.
 	goDispatch bool
+	// hotDispatch: as goDispatch, and the goroutine that ran a call keeps
+	// its connection while it stays busy, waiting on the runtime's
+	// netpoller (dispatch=hot, hot_linux.go).
+	hotDispatch bool
 }
 
 // ConfigError reports a bad configuration value: a Config field or a key of
@@ -211,6 +215,7 @@ type knobs struct {
 	busyPoll time.Duration
 	readOff  bool // shortread=off
 	goCalls  bool // dispatch=go
+	hotCalls bool // dispatch=hot
 }
 
 // keys lists the NETPOLL keys in the order String writes them.
@@ -303,8 +308,10 @@ func (k *knobs) parse(key, v string) error {
 		case "inline", "default":
 		case "go":
 			k.goCalls = true
+		case "hot":
+			k.hotCalls = true
 		default:
-			return &ConfigError{key, v, "want inline (the default) or go"}
+			return &ConfigError{key, v, "want inline (the default), go or hot"}
 		}
 	default:
 		return &ConfigError{"key", key, "known keys are " + strings.Join(keys, ", ")}
@@ -352,6 +359,8 @@ func (k knobs) experiment() string {
 			v = "off"
 		case key == "dispatch" && k.goCalls:
 			v = "go"
+		case key == "dispatch" && k.hotCalls:
+			v = "hot"
 		default:
 			continue // a Config field: pollers, sharing but wakeall, spin=off
 		}
@@ -379,9 +388,12 @@ func (k knobs) experiment() string {
 //	           inside epoll_wait (Linux 6.9+, a NIC with busy polling)
 //	shortread  on (the default) or off: after a short read or write, skip
 //	           the syscall that would return EAGAIN
-//	dispatch   inline (the default) or go: a Server's handler runs on the
-//	           goroutine that polled (wait=nested), or each call that starts
-//	           after a wait starts a goroutine of its own
+//	dispatch   inline (the default), go or hot: a Server's handler runs on
+//	           the goroutine that polled (wait=nested); or each call that
+//	           starts after a wait starts a goroutine of its own; or, hot,
+//	           as go, and that goroutine keeps its connection while it
+//	           stays busy, waiting for its next input on the runtime's
+//	           netpoller through a dup of its fd (mode=et only)
 //
 // Every key also takes "default", as if it were not given. The keys with a
 // Config field set that field; the rest are kept, in the order above, in
@@ -457,7 +469,8 @@ func (c Config) settings() (settings, error) {
 		spin:       k.spin,
 		busyPoll:   k.busyPoll,
 		shortRead:  !k.readOff,
-		goDispatch: k.goCalls,
+		goDispatch:  k.goCalls,
+		hotDispatch: k.hotCalls,
 	}
 	if s.wait == waitDefault {
 		s.wait = waitNested
@@ -473,6 +486,11 @@ func (c Config) settings() (settings, error) {
 		return settings{}, &ConfigError{"sharing", "exclusive", "needs wait=block (the default with exclusive): the kernel stops an EPOLLEXCLUSIVE wakeup only at an epoll instance with a thread asleep in epoll_wait, and nested pollers sleep in the runtime's epoll instead, so every poller would wake"}
 	case s.wait == waitInline && s.spin != 0:
 		return settings{}, &ConfigError{"spin", s.spinString(), "wait=inline spins only adaptively: its parked operation waits in the runtime's netpoller"}
+	case s.hotDispatch && s.mode != edgeTriggered:
+		// A hot connection's registration is disarmed while its goroutine
+		// waits on the runtime, and armed per park as oneshot arms; lt
+		// keeps reading armed, and oneshot would need its own way back.
+		return settings{}, &ConfigError{"dispatch", "hot", "needs mode=et (the default): a hot connection's own registration is disarmed while it waits on the runtime's netpoller"}
 	case s.wait == waitBlock && k.spinAuto:
 		// A poller on a locked OS thread yields its P to another thread and
 		// back on each spin poll, paying the context switches of the block

@@ -125,9 +125,9 @@ func (d *desc) ready(dr *dir, sr *serveRole) (woke bool) {
 		return true
 	case stServe:
 		if sr != nil {
-			sr.queued(d.srv)
+			sr.queued(d.srv.Load())
 		} else {
-			d.srv.start(true)
+			d.srv.Load().start(true)
 		}
 		return true
 	}
@@ -145,7 +145,13 @@ func (d *desc) nudge(dr *dir) {
 		return
 	}
 	if dr.state.Load() == stServe {
-		d.srv.recheck() // set before the direction first entered serve
+		d.srv.Load().recheck() // set before the direction first entered serve
+		return
+	}
+	if dr == &d.rd && d.p.hot {
+		if sc := d.srv.Load(); sc != nil {
+			sc.kickHot() // its owner may wait on the runtime's netpoller
+		}
 	}
 }
 
@@ -220,9 +226,11 @@ type desc struct {
 	rd, wr dir
 
 	// srv is the Server serving the connection on demand, nil otherwise.
-	// Set once, before the read direction first enters stServe: notify and
-	// nudge read it only after seeing that state.
-	srv *serverConn
+	// Set once, before the read direction first enters stServe and before
+	// the Conn reaches a goroutine of the user's; atomic because the
+	// poller, which has the descriptor from accept on, reads it for each
+	// event under dispatch=hot (desc.hot).
+	srv atomic.Pointer[serverConn]
 
 	// armMu serializes the EPOLL_CTL_MOD calls of a oneShot or
 	// levelTriggered descriptor and the stores to armed; armed may be loaded

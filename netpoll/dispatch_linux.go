@@ -28,7 +28,7 @@ func (p *poller) dispatch(evs []unix.EpollEvent) (woke int, stop bool) {
 			continue
 		}
 		woke += d.event(ev.Events)
-		if d.mode != edgeTriggered {
+		if d.mode != edgeTriggered || d.hot() {
 			p.rearmAfterEvent(d)
 		}
 	}

@@ -181,7 +181,7 @@ func SetHandOffHook(f func(c net.Conn, at string)) (restore func()) {
 // IdleDeadline returns when the wait for work of an idle *Conn served on
 // demand ends (Server.IdleTimeout), or the zero time if it has none.
 func IdleDeadline(c net.Conn) time.Time {
-	if it := descOf(c).srv.timer.Load(); it != nil {
+	if it := descOf(c).srv.Load().timer.Load(); it != nil {
 		if ns := it.idle.Load(); ns != 0 {
 			return time.Unix(0, ns)
 		}
@@ -192,7 +192,7 @@ func IdleDeadline(c net.Conn) time.Time {
 // StopIdleTimer stops the idle timer of a *Conn served on demand and
 // reports whether it was running.
 func StopIdleTimer(c net.Conn) bool {
-	it := descOf(c).srv.timer.Load()
+	it := descOf(c).srv.Load().timer.Load()
 	if it == nil {
 		return false
 	}
@@ -307,8 +307,12 @@ func SetServePollHook(f func()) (restore func()) {
 }
 
 // ServeRole describes the inline role word of poller i of g: "loop" or
-// "out", with "+watching" when a goroutine is the watcher.
+// "out", with "+watching" when a goroutine is the watcher; "none" when
+// the poller has no role.
 func ServeRole(g *Group, i int) string {
+	if g.pollers[i].serve == nil {
+		return "none" // dispatch=go or hot, or a wait other than nested
+	}
 	w := g.pollers[i].serve.word.Load()
 	s := "loop"
 	if w&srOut != 0 {
@@ -337,3 +341,40 @@ const (
 	DemoteRuns  = demoteRuns
 	DemoteAfter = demoteAfter
 )
+
+// SweepHot runs s's sweep of its hot connections (dispatch=hot) now, as
+// its timer would: two in a row make every connection waiting through both
+// go cold.
+func SweepHot(s *Server) { s.hot.sweep() }
+
+// HotConns is how many of s's connections are hot now.
+func HotConns(s *Server) int {
+	s.hot.mu.Lock()
+	defer s.hot.mu.Unlock()
+	return len(s.hot.list)
+}
+
+// SetHotTick sets the sweep period of dispatch=hot for the Servers whose
+// first connection goes hot after it.
+func SetHotTick(d time.Duration) (restore func()) {
+	old := hotTick
+	hotTick = d
+	return func() { hotTick = old }
+}
+
+// HotPoint names a window of a hot wait for SetHotHook.
+type HotPoint = hotPoint
+
+const (
+	HookHotBefore    = hookHotBefore
+	HookHotAnnounced = hookHotAnnounced
+	HookHotWoken     = hookHotWoken
+)
+
+// SetHotHook runs f, with the served connection, at each window of every
+// hot wait until restored.
+func SetHotHook(f func(c net.Conn, at HotPoint)) (restore func()) {
+	h := func(sc *serverConn, at hotPoint) { f(sc.c, at) }
+	testHookHot.Store(&h)
+	return func() { testHookHot.Store(nil) }
+}

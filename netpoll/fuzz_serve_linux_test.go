@@ -172,7 +172,7 @@ func newServeModel(m serveMachine, timeout time.Duration) *serveModel {
 		},
 	}
 	md.sc = &serverConn{s: md.s, c: &Conn{d: d}, h: &md.s.Handler}
-	d.srv = md.sc
+	d.srv.Store(md.sc)
 	md.s.add(md.sc)
 	return md
 }

@@ -49,7 +49,7 @@ func TestServeModelCatchesBrokenMachines(t *testing.T) {
 			notify: (*desc).notify, check: realServe.check,
 			close: closeWith(func(d *desc, dr *dir) {
 				if dr.state.Swap(stEmpty) != stWaiting {
-					d.srv.start(false)
+					d.srv.Load().start(false)
 				} else {
 					d.send(dr)
 				}
@@ -62,7 +62,7 @@ func TestServeModelCatchesBrokenMachines(t *testing.T) {
 					d.send(dr)
 					return true
 				case stServe:
-					d.srv.start(false)
+					d.srv.Load().start(false)
 					return true
 				}
 				return false

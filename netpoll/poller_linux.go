@@ -38,7 +38,8 @@ type poller struct {
 	spin     time.Duration // the spin key
 	auto     *autoSpin     // adaptive spinning's state, nil otherwise
 	inline   *inlineWait   // waitInline's role, nil otherwise
-	serve    *serveRole    // waitNested's loop as a role (serverole_linux.go), nil with dispatch=go
+	serve    *serveRole    // waitNested's loop as a role (serverole_linux.go), nil with dispatch=go or hot
+	hot      bool          // dispatch=hot: a Server's connections wait on the runtime's netpoller while busy (hot_linux.go)
 
 	shortRead bool // the shortread key resolved: its connections skip after short transfers
 
@@ -106,7 +107,7 @@ func (pc *pollerCounters) load(c counter) uint64 {
 
 func newPoller(id int, cfg settings) (_ *poller, err error) {
 	p := &poller{id: id, epfd: -1, evfd: -1, mode: cfg.mode, strategy: cfg.wait, spin: cfg.spin,
-		shortRead: cfg.shortRead, stopped: make(chan struct{}), events: make([]unix.EpollEvent, pollBatch)}
+		shortRead: cfg.shortRead, hot: cfg.hotDispatch, stopped: make(chan struct{}), events: make([]unix.EpollEvent, pollBatch)}
 	defer func() {
 		if err != nil {
 			p.closeFDs() // p, not the nil result
@@ -139,7 +140,7 @@ func newPoller(id int, cfg settings) (_ *poller, err error) {
 		if p.inline, err = newInlineWait(p); err != nil {
 			return nil, err
 		}
-	case p.strategy == waitNested && !cfg.goDispatch:
+	case p.strategy == waitNested && !cfg.goDispatch && !cfg.hotDispatch:
 		if p.serve, err = newServeRole(p); err != nil {
 			return nil, err
 		}

@@ -252,6 +252,7 @@ func (s *Server) remove(sc *serverConn) {
 // false, having closed c, when there is none or s is shutting down.
 func (s *Server) take(c net.Conn) (*serverConn, bool) {
 	sc := &serverConn{s: s, c: c, h: &s.Handler}
+	sc.attach() // before NewHandler, which may hand c to goroutines of its own
 	if s.NewHandler != nil {
 		h := s.NewHandler(c)
 		sc.h = &h

@@ -33,6 +33,11 @@ type serverConn struct {
 	// deadline or an IdleTimeout: a connection with neither pays only
 	// this pointer.
 	timer atomic.Pointer[idleTimer]
+
+	// hot is the wait on the runtime's netpoller of a connection that
+	// stays busy, nil while it has none (dispatch=hot, hot_linux.go).
+	// Stored by the owner; loaded by nudge's kick and by a park.
+	hot atomic.Pointer[hotWait]
 }
 
 // idleTimer is the timer of an idle connection (armTimer): its read
@@ -65,6 +70,16 @@ func retryAccept(err error) bool {
 	return false
 }
 
+// attach makes sc the server of its *Conn's descriptor (desc.srv), before
+// the connection's first hand-off (notify and nudge read it once they see
+// stServe) and before any goroutine but the accept loop has it (a park
+// reads it under dispatch=hot, hot_linux.go).
+func (sc *serverConn) attach() {
+	if nc, ok := sc.c.(*Conn); ok {
+		nc.d.srv.Store(sc)
+	}
+}
+
 // serve takes c on: registers it and either hands it off at once (this
 // package's Conn: its first handler call comes when it is readable) or
 // starts the fallback's goroutine.
@@ -73,10 +88,7 @@ func (s *Server) serve(c net.Conn) {
 	if !ok {
 		return
 	}
-	nc, ok := c.(*Conn)
-	if ok {
-		nc.d.srv = sc // before the first hand-off: notify and nudge read it once they see stServe
-	}
+	_, ok = c.(*Conn)
 	if h := s.ConnState; h != nil {
 		h(c, StateNew)
 	}
@@ -150,6 +162,14 @@ func (sc *serverConn) run(check bool, sr *serveRole, out uint64) {
 			break
 		}
 		returned = true
+		if d.p.hot && sr == nil {
+			switch sc.hotWait() {
+			case hotInput: // no hand-off: the wait found input
+				check, returned = false, false
+			case hotEnded: // cold now, its wait going on: hand it off
+				check, returned = true, false
+			}
+		}
 	}
 	sc.finish()
 }
@@ -184,8 +204,9 @@ func (sc *serverConn) callIn(sr *serveRole, out uint64) (keep bool) {
 // finish closes sc's connection, reports StateClosed (once: only the
 // owner finishes, and it owns sc for good from here) and forgets it.
 func (sc *serverConn) finish() {
-	sc.c.Close()
+	sc.c.Close() // kicks nothing: the owner is here, not in a hot wait
 	if sc.desc() != nil {
+		sc.goCold(sc.hot.Load())
 		sc.stopTimer()
 	}
 	sc.setState(StateClosed)

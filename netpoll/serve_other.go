@@ -22,6 +22,12 @@ type serverConn struct {
 	prev, next *serverConn // Server.head's list; guarded by s.mu
 }
 
+// hotSet is dispatch=hot's, which this OS does not have.
+type hotSet struct{}
+
+// attach has nothing to do here: no connection is served on demand.
+func (sc *serverConn) attach() {}
+
 // serve takes c on: registers it and starts its fallback goroutine.
 func (s *Server) serve(c net.Conn) {
 	sc, ok := s.take(c)

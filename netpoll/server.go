@@ -135,6 +135,7 @@ type Server struct {
 	closed    atomic.Bool               // Shutdown or Close began
 	drained   chan struct{}             // closed when the last connection is gone after Shutdown; guarded by mu
 	stats     serverCounters
+	hot       hotSet // dispatch=hot's connections and their sweeper
 }
 
 // ServerStats is what a user watches of a Server: a few counters.
@@ -156,6 +157,9 @@ type serverCounters struct {
 	// polled, calls on workers, connections demoted and promoted, and
 	// connections of a batch spread to workers.
 	inlineCalls, workerCalls, demotions, promotions, spread atomic.Uint64
+	// dispatch=hot (hot_linux.go): connections made hot, made cold, and
+	// refused (the bound, or a failed dup or epoll_ctl).
+	hotEntries, hotExits, hotRefused atomic.Uint64
 }
 
 // Stats returns the counters a user watches.

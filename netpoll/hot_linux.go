@@ -1,0 +1,383 @@
+package netpoll
+
+import (
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Hot connections (dispatch=hot): a Server's busy connections wait on the
+// runtime's netpoller, its idle ones on ours.
+//
+// Under the nested wait every wakeup of a served connection crosses two
+// epoll instances: the runtime's wakes the goroutine parked on the
+// poller's epoll fd, which polls that fd, then runs the handler. Without
+// any watchdog and without spinning that still cost 1.30x package net's
+// CPU per request at one connection unpinned (testdata/issue35/bound).
+// Package net crosses one: the runtime's netpoller readies the reader
+// itself. So a connection that has just been served keeps the goroutine
+// that served it, and that goroutine waits for the next input as net's
+// reader does: parked in RawConn.Read of a dup of the connection's fd,
+// which the runtime registers in its own epoll instance. The callback asks
+// the socket with poll(2) and reads nothing, so the wait holds no buffer
+// (only the goroutine's stack), and a pending error stays for the
+// handler's Read. The connection's own registration in the poller is
+// disarmed meanwhile (EPOLLONESHOT with no events), so that the data the
+// runtime wakes the goroutine for does not wake the poller too; a park of
+// the handler's Read or of a writer arms it for that park, as oneshot
+// mode arms (armForPark, rearmAfterEvent).
+//
+// A connection that waits through a whole sweep of its Server (hotTick)
+// with no input goes cold: the sweeper sets a past deadline on the dup
+// (kick), and the waiting goroutine closes the dup (the runtime deletes
+// its registration), arms the connection's own registration again
+// (EPOLL_CTL_MOD, which reports what is queued by then) and hands it off
+// as any call's return does (serverConn.handOff): it idles with no
+// goroutine, and its next input brings it back through the poller, on a
+// goroutine of its own, which makes it hot again after that call. So an
+// idle connection costs what it costs under the other dispatches, and a
+// busy one the runtime's wakeup, as package net's does; the transitions
+// cost a dup, the runtime's EPOLL_CTL_ADD and DEL, two EPOLL_CTL_MOD of
+// ours and a goroutine, once per busy period.
+//
+// Invariants:
+//   - Only the owner (the goroutine running the connection) makes it hot
+//     or cold, and it is cold whenever the owner hands it off, finishes
+//     it, or returns from hotWait without input: the hand-off and its
+//     model check are unchanged.
+//   - The hot flag (serverConn.hot) changes under the descriptor's armMu,
+//     and a park re-reads it there, so a park's arm never lands on the
+//     whole registration restored by goCold, nor goHot's disarm on a
+//     park's arm.
+//   - Whatever ends a wait from outside (Close, a read deadline set, a
+//     failed epoll_ctl: desc.nudge; Shutdown through Close; the sweeper)
+//     stores its state before it loads seq, and the owner makes seq odd
+//     before it loads that state: either the kicker sees the wait and
+//     kicks it, or the owner sees the state and does not wait. A kick is a
+//     past deadline on the dup, which lasts until the owner sets another,
+//     which it does only with seq even.
+//   - The owner mirrors the connection's read deadline on the dup, so that
+//     the deadline ends the wait as it ends an idle connection's.
+
+// hotTick is the sweep period: a connection that waited through a whole
+// tick with no input goes cold, between one and two ticks after its last.
+// A Server's IdleTimeout is therefore late by up to two ticks for a
+// connection that was hot when its wait began.
+var hotTick = 20 * time.Millisecond // a variable for tests (SetHotTick) only
+
+// hotMaxConns bounds a Server's hot connections: each holds a second fd
+// and a goroutine. At most a quarter of the process's fd limit, so that
+// the dups never take the fds that accepting needs.
+const hotMaxConns = 4096
+
+// hotWait is the wait of one hot connection.
+type hotWait struct {
+	f     *os.File        // the dup of the connection's fd, in the runtime's netpoller
+	rc    syscall.RawConn // f's
+	check func(fd uintptr) bool
+	found bool  // set by check: input, EOF or an error is queued
+	dl    int64 // the read deadline set on f (unix nanoseconds, 0: none); the owner's
+	// seq is odd while the owner waits, or is about to: a kick lands on
+	// the wait. The owner adds to it; kickers and the sweeper load it.
+	seq  atomic.Uint32
+	seen uint32 // seq at the sweeper's last look; guarded by hotSet.mu
+	idx  int    // h's index in hotSet.list; guarded by hotSet.mu
+}
+
+// hotSet is a Server's hot connections and their sweeper.
+type hotSet struct {
+	mu      sync.Mutex
+	list    []*hotWait
+	timer   *time.Timer // the sweeper, armed while list is not empty
+	ticking bool
+	max     int           // hotMaxConns or a quarter of the fd limit; 0 until the first add
+	tick    time.Duration // hotTick, read at the first add
+}
+
+// testHookHot, when set by a test, runs at the windows of a hot wait in
+// which Close, a deadline, Shutdown and the sweeper must not be lost:
+// before the wait is announced (seq still even: a kicker does not kick),
+// after it is announced (seq odd) and before the state is checked, and
+// after the wait ended and before the connection goes cold.
+var testHookHot atomic.Pointer[func(sc *serverConn, at hotPoint)]
+
+type hotPoint uint8
+
+const (
+	hookHotBefore hotPoint = iota
+	hookHotAnnounced
+	hookHotWoken
+)
+
+type hotResult uint8
+
+const (
+	hotSkipped hotResult = iota // no wait: the connection is cold, hand it off as a return does
+	hotInput                    // the socket has input: call the handler again
+	hotEnded                    // it waited, then went cold: hand it off with the wait going on
+)
+
+// hotWait waits for sc's next input on the runtime's netpoller, after its
+// handler returned nil. Called by the owner, from run, under dispatch=hot.
+func (sc *serverConn) hotWait() hotResult {
+	d := sc.desc()
+	dr := &d.rd
+	h := sc.hot.Load()
+	dr.mu.Lock()
+	// What a hand-off would act on at once (handOff's first switch) is
+	// left to it, cold.
+	plain := !d.closing() && !d.failed() && !dr.expired() && !dr.ended && !sc.s.closed.Load()
+	if plain {
+		// The wait asks the socket; the Read of the call it finds input
+		// for makes its syscall.
+		dr.drained = false
+	}
+	dr.mu.Unlock()
+	if !plain {
+		sc.goCold(h)
+		return hotSkipped
+	}
+	if h == nil {
+		if h = sc.goHot(); h == nil {
+			return hotSkipped
+		}
+	}
+	sc.startIdle(true)
+	sc.setState(StateIdle)
+	for {
+		if dl := dr.deadline.Load(); dl != h.dl {
+			var t time.Time
+			if dl != 0 {
+				t = time.Unix(0, dl)
+			}
+			if h.f.SetReadDeadline(t) != nil {
+				break // closed by nobody but us: cannot happen; go cold
+			}
+			h.dl = dl
+		}
+		if hk := testHookHot.Load(); hk != nil {
+			(*hk)(sc, hookHotBefore)
+		}
+		h.seq.Add(1) // odd: from here a kick lands on the wait
+		if hk := testHookHot.Load(); hk != nil {
+			(*hk)(sc, hookHotAnnounced)
+		}
+		if d.closing() || sc.s.closed.Load() || d.failed() {
+			h.seq.Add(1)
+			break
+		}
+		if dr.deadline.Load() != h.dl {
+			h.seq.Add(1)
+			continue // set since the mirror: mirror it again
+		}
+		h.found = false
+		err := h.rc.Read(h.check)
+		h.seq.Add(1)
+		if hk := testHookHot.Load(); hk != nil {
+			(*hk)(sc, hookHotWoken)
+		}
+		if err == nil && h.found {
+			return hotInput
+		}
+		break // a kick, the deadline, or an error of the dup's: cold
+	}
+	sc.goCold(h)
+	return hotEnded
+}
+
+// readable is a hot wait's callback: it asks the socket, reading nothing.
+// An error ends the wait as input does: the handler's Read reports it.
+func (h *hotWait) readable(fd uintptr) bool {
+	ok, err := pollReadable(int(fd))
+	if ok || err != nil {
+		h.found = true
+		return true
+	}
+	return false
+}
+
+// goHot makes sc hot: a dup of its fd for the runtime's netpoller, and its
+// own registration disarmed. It returns nil, sc staying cold, when the
+// Server has hotMaxConns hot already or the dup or the epoll_ctl failed
+// (counted: /server/hot-refused:conns).
+func (sc *serverConn) goHot() *hotWait {
+	s, d := sc.s, sc.desc()
+	h := &hotWait{}
+	if !s.hot.add(h) {
+		s.stats.hotRefused.Add(1)
+		return nil
+	}
+	if d.incref() != nil {
+		s.hot.remove(h)
+		return nil // closing: the hand-off sees it
+	}
+	defer d.decref()
+	// The ref keeps d.fd from being closed, and its number reused, under
+	// the dup and the epoll_ctl.
+	nfd, err := unix.FcntlInt(uintptr(d.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		s.hot.remove(h)
+		s.stats.hotRefused.Add(1) // EMFILE among others: served cold
+		return nil
+	}
+	h.f = os.NewFile(uintptr(nfd), "netpoll-hot") // non-blocking: the runtime registers it
+	if h.rc, err = h.f.SyscallConn(); err != nil {
+		h.f.Close()
+		s.hot.remove(h)
+		s.stats.hotRefused.Add(1)
+		return nil
+	}
+	h.check = h.readable
+	d.armMu.Lock()
+	sc.hot.Store(h)
+	err = d.p.arm(d) // the parked directions only, EPOLLONESHOT: none while the owner runs
+	if err != nil {
+		sc.hot.Store(nil)
+		d.p.fail(d, err)
+	}
+	d.armMu.Unlock()
+	if err != nil {
+		h.f.Close()
+		s.hot.remove(h)
+		s.stats.hotRefused.Add(1)
+		return nil
+	}
+	s.stats.hotEntries.Add(1)
+	return h
+}
+
+// goCold ends sc's hot period, if h (its wait) is not nil: its own
+// registration whole again, then the dup closed.
+func (sc *serverConn) goCold(h *hotWait) {
+	if h == nil {
+		return
+	}
+	s, d := sc.s, sc.desc()
+	s.hot.remove(h)
+	d.armMu.Lock()
+	sc.hot.Store(nil)
+	var err error
+	if !d.failed() && d.incref() == nil { // closing: the registration goes with the fd
+		err = d.p.restore(d)
+		d.decref()
+	}
+	if err != nil {
+		d.p.fail(d, err)
+	}
+	d.armMu.Unlock()
+	h.f.Close() // the runtime deletes its registration and closes the dup
+	s.stats.hotExits.Add(1)
+}
+
+// kickHot ends sc's hot wait, if it is in one: desc.nudge's part for a
+// connection that may be hot (Close, a read deadline set, a failed
+// epoll_ctl), called after the change is stored. Close closes the dup
+// whatever the owner does, so that the socket is closed when the Conn is,
+// as it is cold, and not when a handler that runs returns. That is safe
+// beside the owner: internal/poll's reference count keeps the dup's fd
+// number while a call of the owner's uses it, and the owner's later calls
+// on it fail, which makes it go cold.
+func (sc *serverConn) kickHot() {
+	h := sc.hot.Load()
+	switch {
+	case h == nil:
+	case sc.desc().closing():
+		h.f.Close()
+	case h.seq.Load()&1 == 1:
+		h.kick()
+	}
+}
+
+// kick sets a past deadline on the dup: the wait ends, now or as it
+// starts. f may be closed already (the owner went cold): then it does
+// nothing.
+func (h *hotWait) kick() { h.f.SetReadDeadline(time.Unix(1, 0)) }
+
+// hot reports whether d is a hot connection's: its registration is armed
+// per park, as oneShot's is.
+func (d *desc) hot() bool {
+	if !d.p.hot {
+		return false
+	}
+	sc := d.srv.Load()
+	return sc != nil && sc.hot.Load() != nil
+}
+
+// perPark reports whether d's registration is armed for each park.
+func (d *desc) perPark() bool { return d.mode == oneShot || d.hot() }
+
+// restore gives a connection that was hot its edge-triggered registration
+// back, with d.armMu held. The MOD reports what is queued by then, as an
+// edge: the hand-off that follows may find a ready token, which it checks.
+func (p *poller) restore(d *desc) error {
+	ev := registration(d)
+	e := unix.EpollEvent{Events: ev, Fd: int32(d.fd), Pad: int32(d.gen)}
+	p.st.op(d.fd, cCtlMod)
+	if err := epollCtl(p.epfd, unix.EPOLL_CTL_MOD, d.fd, &e); err != nil {
+		return os.NewSyscallError("epoll_ctl", err)
+	}
+	d.armed.Store(ev &^ (unix.EPOLLET | unix.EPOLLONESHOT))
+	return nil
+}
+
+// add puts h in the set and starts the sweeper if it is not running. It
+// reports false when the set is full.
+func (hs *hotSet) add(h *hotWait) bool {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	if hs.max == 0 {
+		hs.tick = hotTick
+		hs.max = hotMaxConns
+		var rl unix.Rlimit
+		if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil && rl.Cur/4 < uint64(hs.max) {
+			hs.max = max(int(rl.Cur/4), 1)
+		}
+	}
+	if len(hs.list) >= hs.max {
+		return false
+	}
+	h.idx = len(hs.list)
+	hs.list = append(hs.list, h)
+	if !hs.ticking {
+		hs.ticking = true
+		if hs.timer == nil {
+			hs.timer = time.AfterFunc(hs.tick, hs.sweep)
+		} else {
+			hs.timer.Reset(hs.tick)
+		}
+	}
+	return true
+}
+
+// remove takes h out of the set.
+func (hs *hotSet) remove(h *hotWait) {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	last := hs.list[len(hs.list)-1]
+	hs.list[h.idx], last.idx = last, h.idx
+	hs.list[len(hs.list)-1] = nil
+	hs.list = hs.list[:len(hs.list)-1]
+}
+
+// sweep kicks every connection that has waited, the same wait, since the
+// last sweep: it goes cold. It runs every hotTick while any is hot.
+func (hs *hotSet) sweep() {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	for _, h := range hs.list {
+		seq := h.seq.Load()
+		if seq&1 == 1 && seq == h.seen {
+			h.kick()
+		}
+		h.seen = seq
+	}
+	if len(hs.list) == 0 {
+		hs.ticking = false
+		return
+	}
+	hs.timer.Reset(hs.tick)
+}
