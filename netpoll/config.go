@@ -462,13 +462,13 @@ func (c Config) settings() (settings, error) {
 		return settings{}, both("spin", "DisableSpin")
 	}
 	s := settings{
-		pollers:    max(c.Pollers, k.pollers, DefaultPollers),
-		sharing:    max(c.Sharing, k.sharing),
-		mode:       k.mode,
-		wait:       k.wait,
-		spin:       k.spin,
-		busyPoll:   k.busyPoll,
-		shortRead:  !k.readOff,
+		pollers:     max(c.Pollers, k.pollers, DefaultPollers),
+		sharing:     max(c.Sharing, k.sharing),
+		mode:        k.mode,
+		wait:        k.wait,
+		spin:        k.spin,
+		busyPoll:    k.busyPoll,
+		shortRead:   !k.readOff,
 		goDispatch:  k.goCalls,
 		hotDispatch: k.hotCalls,
 	}

@@ -378,3 +378,25 @@ func SetHotHook(f func(c net.Conn, at HotPoint)) (restore func()) {
 	testHookHot.Store(&h)
 	return func() { testHookHot.Store(nil) }
 }
+
+// InitPlaceholder makes dispatch=hot's placeholder fd (sever) now, so that
+// a test counting fds does not count it.
+func InitPlaceholder() {
+	if _, err := placeholderFD(); err != nil {
+		panic(err)
+	}
+}
+
+// HotWaiting is how many of s's hot connections wait now (or are about
+// to: their wait announced).
+func HotWaiting(s *Server) int {
+	s.hot.mu.Lock()
+	defer s.hot.mu.Unlock()
+	n := 0
+	for _, h := range s.hot.list {
+		if h.seq.Load()&1 == 1 {
+			n++
+		}
+	}
+	return n
+}

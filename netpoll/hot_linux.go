@@ -76,16 +76,27 @@ const hotMaxConns = 4096
 
 // hotWait is the wait of one hot connection.
 type hotWait struct {
-	f     *os.File        // the dup of the connection's fd, in the runtime's netpoller
-	rc    syscall.RawConn // f's
-	check func(fd uintptr) bool
-	found bool  // set by check: input, EOF or an error is queued
-	dl    int64 // the read deadline set on f (unix nanoseconds, 0: none); the owner's
+	sc      *serverConn
+	f       *os.File        // the dup of the connection's fd, in the runtime's netpoller
+	fd      int             // f's fd number, for sever
+	rc      syscall.RawConn // f's
+	serveFn func(fd uintptr) bool
+
+	// The owner's, for serveHot: what the callback left, the read deadline
+	// set on f (unix nanoseconds, 0: none), and whether the owner runs
+	// inside f's RawConn.Read (then f cannot be closed synchronously).
+	keep, returned, inCB bool
+	dl                   int64
+
 	// seq is odd while the owner waits, or is about to: a kick lands on
 	// the wait. The owner adds to it; kickers and the sweeper load it.
 	seq  atomic.Uint32
 	seen uint32 // seq at the sweeper's last look; guarded by hotSet.mu
 	idx  int    // h's index in hotSet.list; guarded by hotSet.mu
+
+	mu      sync.Mutex
+	closed  bool // the owner closed f, whose fd number may be reused: guarded by mu
+	severed bool // sever replaced f's fd: guarded by mu
 }
 
 // hotSet is a Server's hot connections and their sweeper.
@@ -113,41 +124,118 @@ const (
 	hookHotWoken
 )
 
-type hotResult uint8
-
-const (
-	hotSkipped hotResult = iota // no wait: the connection is cold, hand it off as a return does
-	hotInput                    // the socket has input: call the handler again
-	hotEnded                    // it waited, then went cold: hand it off with the wait going on
-)
-
-// hotWait waits for sc's next input on the runtime's netpoller, after its
-// handler returned nil. Called by the owner, from run, under dispatch=hot.
-func (sc *serverConn) hotWait() hotResult {
-	d := sc.desc()
-	dr := &d.rd
+// serveHot serves sc for as long as it stays hot, after a call returned
+// nil: it makes sc hot if it is not (goHot), then waits and calls the
+// handler inside one RawConn.Read of the dup (h.serve), and returns when
+// sc has gone cold. keep false: the handler asked for the connection to
+// be closed (an error, a panic), as call's keep. returned: its handler
+// returned last (a hand-off then acts on what the return left: EOF, a
+// past deadline), rather than a wait going on. Called by the owner, from
+// run, under dispatch=hot.
+//
+// The handler runs inside the callback, so that the callback and the
+// runtime's readiness flag see the whole span from the handler's last
+// Read to the park: RawConn.Read clears the flag once, when it begins
+// (internal/poll's prepareRead), and an edge for data that comes after
+// the handler's last Read, before the park, sets it and is not lost. So
+// a handler whose last Read was short (the socket drained: short-read
+// skipping) parks with no syscall, as it would cold (handOff's skip), and
+// a wakeup costs one poll(2), which an edge that may be stale needs: the
+// syscalls per request are package net's, a Read that finds data and one
+// that finds none, in another order.
+func (sc *serverConn) serveHot() (keep, returned bool) {
 	h := sc.hot.Load()
-	dr.mu.Lock()
-	// What a hand-off would act on at once (handOff's first switch) is
-	// left to it, cold.
-	plain := !d.closing() && !d.failed() && !dr.expired() && !dr.ended && !sc.s.closed.Load()
-	if plain {
-		// The wait asks the socket; the Read of the call it finds input
-		// for makes its syscall.
-		dr.drained = false
-	}
-	dr.mu.Unlock()
-	if !plain {
+	if !sc.plain() {
 		sc.goCold(h)
-		return hotSkipped
+		return true, true
 	}
 	if h == nil {
 		if h = sc.goHot(); h == nil {
-			return hotSkipped
+			return true, true
 		}
 	}
+	// The return that brought it here begins a wait, as a hand-off's
+	// would: the callback's first poll may park it.
 	sc.startIdle(true)
 	sc.setState(StateIdle)
+	h.keep, h.returned, h.inCB = true, true, true
+	err := h.rc.Read(h.serveFn)
+	h.inCB = false
+	if h.seq.Load()&1 == 1 {
+		h.seq.Add(1) // the wait ended by an error: a kick, the deadline
+		h.hook(hookHotWoken)
+	}
+	if err != nil {
+		h.keep, h.returned = true, false
+	}
+	sc.goCold(h)
+	return h.keep, h.returned
+}
+
+// plain reports whether sc's handler may be called again, or wait, with
+// nothing for a hand-off to act on at once (handOff's first switch).
+func (sc *serverConn) plain() bool {
+	d := sc.desc()
+	dr := &d.rd
+	dr.mu.Lock()
+	defer dr.mu.Unlock()
+	return !d.closing() && !d.failed() && !dr.expired() && !dr.ended && !sc.s.closed.Load()
+}
+
+// serve is serveHot's RawConn.Read callback: it runs the handler while
+// the socket has input and returns false to park (a wait) when it has
+// none, or true with h.keep and h.returned set to go cold. Entered first
+// after the handler's return, and then after each wait: either way what
+// the flag said may be stale, so it asks the socket first.
+func (h *hotWait) serve(fd uintptr) bool {
+	sc := h.sc
+	d := sc.desc()
+	dr := &d.rd
+	if h.seq.Load()&1 == 1 {
+		h.seq.Add(1) // back from a wait
+		h.hook(hookHotWoken)
+	}
+	ask := true
+	for {
+		if ask {
+			ok, err := pollReadable(int(fd))
+			if !ok && err == nil {
+				return h.park()
+			}
+			// Input, EOF or an error: the handler's Read makes its
+			// syscall, and reports it.
+			dr.mu.Lock()
+			dr.drained = false
+			dr.mu.Unlock()
+		}
+		if !sc.callIn(nil, 0) {
+			h.keep = false
+			return true
+		}
+		if !sc.plain() {
+			return true // returned: the hand-off acts on it
+		}
+		sc.startIdle(true)
+		sc.setState(StateIdle)
+		// Drained (a short Read, skipping on, nothing sticky) and no edge
+		// since on our side: anything that comes sets the runtime's flag,
+		// cleared before the call. Otherwise ask the socket.
+		dr.mu.Lock()
+		ask = !(d.skip && dr.drained && d.sticky.Load() == 0 && dr.state.Load() == stEmpty)
+		dr.mu.Unlock()
+		if !ask {
+			return h.park()
+		}
+	}
+}
+
+// park announces a wait and returns false (RawConn.Read then waits), or,
+// if something ended it before it began, returns true with h.returned
+// false: the connection goes cold with its wait going on.
+func (h *hotWait) park() bool {
+	sc := h.sc
+	d := sc.desc()
+	dr := &d.rd
 	for {
 		if dl := dr.deadline.Load(); dl != h.dl {
 			var t time.Time
@@ -155,49 +243,30 @@ func (sc *serverConn) hotWait() hotResult {
 				t = time.Unix(0, dl)
 			}
 			if h.f.SetReadDeadline(t) != nil {
-				break // closed by nobody but us: cannot happen; go cold
+				h.returned = false
+				return true // severed or closed: cold
 			}
 			h.dl = dl
 		}
-		if hk := testHookHot.Load(); hk != nil {
-			(*hk)(sc, hookHotBefore)
-		}
+		h.hook(hookHotBefore)
 		h.seq.Add(1) // odd: from here a kick lands on the wait
-		if hk := testHookHot.Load(); hk != nil {
-			(*hk)(sc, hookHotAnnounced)
-		}
+		h.hook(hookHotAnnounced)
 		if d.closing() || sc.s.closed.Load() || d.failed() {
 			h.seq.Add(1)
-			break
+			h.returned = false
+			return true
 		}
-		if dr.deadline.Load() != h.dl {
-			h.seq.Add(1)
-			continue // set since the mirror: mirror it again
+		if dr.deadline.Load() == h.dl {
+			return false
 		}
-		h.found = false
-		err := h.rc.Read(h.check)
-		h.seq.Add(1)
-		if hk := testHookHot.Load(); hk != nil {
-			(*hk)(sc, hookHotWoken)
-		}
-		if err == nil && h.found {
-			return hotInput
-		}
-		break // a kick, the deadline, or an error of the dup's: cold
+		h.seq.Add(1) // set since the mirror: mirror it again
 	}
-	sc.goCold(h)
-	return hotEnded
 }
 
-// readable is a hot wait's callback: it asks the socket, reading nothing.
-// An error ends the wait as input does: the handler's Read reports it.
-func (h *hotWait) readable(fd uintptr) bool {
-	ok, err := pollReadable(int(fd))
-	if ok || err != nil {
-		h.found = true
-		return true
+func (h *hotWait) hook(at hotPoint) {
+	if hk := testHookHot.Load(); hk != nil {
+		(*hk)(h.sc, at)
 	}
-	return false
 }
 
 // goHot makes sc hot: a dup of its fd for the runtime's netpoller, and its
@@ -206,7 +275,7 @@ func (h *hotWait) readable(fd uintptr) bool {
 // (counted: /server/hot-refused:conns).
 func (sc *serverConn) goHot() *hotWait {
 	s, d := sc.s, sc.desc()
-	h := &hotWait{}
+	h := &hotWait{sc: sc}
 	if !s.hot.add(h) {
 		s.stats.hotRefused.Add(1)
 		return nil
@@ -224,6 +293,7 @@ func (sc *serverConn) goHot() *hotWait {
 		s.stats.hotRefused.Add(1) // EMFILE among others: served cold
 		return nil
 	}
+	h.fd = nfd
 	h.f = os.NewFile(uintptr(nfd), "netpoll-hot") // non-blocking: the runtime registers it
 	if h.rc, err = h.f.SyscallConn(); err != nil {
 		h.f.Close()
@@ -231,7 +301,7 @@ func (sc *serverConn) goHot() *hotWait {
 		s.stats.hotRefused.Add(1)
 		return nil
 	}
-	h.check = h.readable
+	h.serveFn = h.serve // made once: a wait allocates nothing
 	d.armMu.Lock()
 	sc.hot.Store(h)
 	err = d.p.arm(d) // the parked directions only, EPOLLONESHOT: none while the owner runs
@@ -269,27 +339,75 @@ func (sc *serverConn) goCold(h *hotWait) {
 		d.p.fail(d, err)
 	}
 	d.armMu.Unlock()
-	h.f.Close() // the runtime deletes its registration and closes the dup
+	h.mu.Lock()
+	h.closed = true // before the close frees the fd number: sever leaves it alone
+	h.mu.Unlock()
+	if h.inCB {
+		// A handler's Goexit unwinding through f's RawConn.Read, whose
+		// reference the close waits for: it drops it further up.
+		go h.f.Close()
+	} else {
+		h.f.Close() // the runtime deletes its registration and closes the dup
+	}
 	s.stats.hotExits.Add(1)
 }
 
 // kickHot ends sc's hot wait, if it is in one: desc.nudge's part for a
 // connection that may be hot (Close, a read deadline set, a failed
-// epoll_ctl), called after the change is stored. Close closes the dup
-// whatever the owner does, so that the socket is closed when the Conn is,
-// as it is cold, and not when a handler that runs returns. That is safe
-// beside the owner: internal/poll's reference count keeps the dup's fd
-// number while a call of the owner's uses it, and the owner's later calls
-// on it fail, which makes it go cold.
+// epoll_ctl), called after the change is stored. Close also severs the
+// dup whatever the owner does, so that the socket is closed when the Conn
+// is, as it is cold, and not when a handler that runs returns.
 func (sc *serverConn) kickHot() {
 	h := sc.hot.Load()
 	switch {
 	case h == nil:
 	case sc.desc().closing():
-		h.f.Close()
+		h.sever()
+		h.kick()
 	case h.seq.Load()&1 == 1:
 		h.kick()
 	}
+}
+
+// sever makes f's fd number refer to a placeholder (an eventfd of the
+// process's, never readable) instead of the connection's socket, so that
+// the socket is released when the Conn's own fd closes. It cannot close f:
+// the owner may run the handler inside f's RawConn.Read, whose reference
+// the close would wait for, and the handler may be the one closing (or
+// blocked on what the closer holds). dup3 replaces the number atomically,
+// a syscall in flight on it keeps the socket it began with, and the
+// runtime's registration of the socket goes with the socket (its later
+// EPOLL_CTL_DEL of the number fails, which it ignores). The owner's close
+// of f, later, closes the placeholder's copy. Invariant: f's fd number is
+// not reused while sever may touch it: the owner sets closed under mu
+// before it closes f.
+func (h *hotWait) sever() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed || h.severed {
+		return
+	}
+	ph, err := placeholderFD()
+	if err != nil {
+		return // no eventfd: the socket closes when the handler returns
+	}
+	if unix.Dup3(ph, h.fd, unix.O_CLOEXEC) == nil {
+		h.severed = true
+	}
+}
+
+var placeholder struct {
+	once sync.Once
+	fd   int
+	err  error
+}
+
+// placeholderFD is sever's placeholder, made once per process.
+func placeholderFD() (int, error) {
+	placeholder.once.Do(func() {
+		placeholder.fd, placeholder.err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	})
+	return placeholder.fd, placeholder.err
 }
 
 // kick sets a past deadline on the dup: the wait ends, now or as it
@@ -361,6 +479,9 @@ func (hs *hotSet) remove(h *hotWait) {
 	hs.list[h.idx], last.idx = last, h.idx
 	hs.list[len(hs.list)-1] = nil
 	hs.list = hs.list[:len(hs.list)-1]
+	if len(hs.list) == 0 && hs.ticking && hs.timer.Stop() {
+		hs.ticking = false // nothing to sweep: no timer fires into an idle Server
+	}
 }
 
 // sweep kicks every connection that has waited, the same wait, since the

@@ -163,12 +163,11 @@ func (sc *serverConn) run(check bool, sr *serveRole, out uint64) {
 		}
 		returned = true
 		if d.p.hot && sr == nil {
-			switch sc.hotWait() {
-			case hotInput: // no hand-off: the wait found input
-				check, returned = false, false
-			case hotEnded: // cold now, its wait going on: hand it off
-				check, returned = true, false
+			// Served hot until it goes cold; then handed off.
+			if keep, returned = sc.serveHot(); !keep {
+				break
 			}
+			check = true
 		}
 	}
 	sc.finish()

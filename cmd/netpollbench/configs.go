@@ -41,6 +41,9 @@ var servers = []server{
 	// ondemand with a goroutine per handler call, as the Server ran
 	// before inline dispatch (issue 35's before-row).
 	{"ondemand-go", "cfg=ondemand-go/impl=netpoll/mode=et/spin=auto/ondemand=on/dispatch=go", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-ondemand", "-dispatch", "go"}, nil},
+	// ondemand with busy connections waiting on the runtime's netpoller
+	// through a dup of their fd, idle ones cold on the poller (issue 35).
+	{"ondemand-hot", "cfg=ondemand-hot/impl=netpoll/mode=et/spin=auto/ondemand=on/dispatch=hot", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-ondemand", "-dispatch", "hot"}, nil},
 	// ondemand under wait=inline: what the Server would get if the
 	// default wait were inline above one P (issue 35, part 4).
 	{"ondemand-inline", "cfg=ondemand-inline/impl=netpoll/mode=et/spin=auto/ondemand=on/wait=inline", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-ondemand", "-wait", "inline"}, nil},
