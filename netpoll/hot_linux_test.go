@@ -587,3 +587,25 @@ func TestServeHotCloseWhileRunning(t *testing.T) {
 		t.Fatalf("client Read after Close with the handler running: %d, %v; want 0, EOF", n, err)
 	}
 }
+
+// TestServeHotAllocs: a request served hot allocates nothing, in the server
+// or in the client (package net's).
+func TestServeHotAllocs(t *testing.T) {
+	g, s, c, _ := hotFixture(t, echoHandler)
+	msg, got := []byte("alloc"), make([]byte, 5)
+	request := func() {
+		if err := echo1(c, msg, got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 100 {
+		request()
+	}
+	before := readHot(t, g, s)
+	if n := testing.AllocsPerRun(1000, request); n != 0 {
+		t.Errorf("%v allocations per request, want 0", n)
+	}
+	if d := readHot(t, g, s).sub(before); d.runs != 1001 || d.entries != 0 {
+		t.Errorf("%d handler runs, %d hot entries in 1001 requests: want 1001 and 0", d.runs, d.entries)
+	}
+}

@@ -44,6 +44,7 @@ var servers = []server{
 	// ondemand with busy connections waiting on the runtime's netpoller
 	// through a dup of their fd, idle ones cold on the poller (issue 35).
 	{"ondemand-hot", "cfg=ondemand-hot/impl=netpoll/mode=et/spin=auto/ondemand=on/dispatch=hot", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-ondemand", "-dispatch", "hot"}, nil},
+	{"ondemand-hot-nospin", "cfg=ondemand-hot-nospin/impl=netpoll/mode=et/spin=0/ondemand=on/dispatch=hot", "echoserver", []string{"-impl", "netpoll", "-spin", "0", "-ondemand", "-dispatch", "hot"}, nil},
 	// ondemand under wait=inline: what the Server would get if the
 	// default wait were inline above one P (issue 35, part 4).
 	{"ondemand-inline", "cfg=ondemand-inline/impl=netpoll/mode=et/spin=auto/ondemand=on/wait=inline", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-ondemand", "-wait", "inline"}, nil},
