@@ -185,7 +185,8 @@ type settings struct {
 	goDispatch bool
 	// hotDispatch: as goDispatch, and the goroutine that ran a call keeps
 	// its connection while it stays busy, waiting on the runtime's
-	// netpoller (dispatch=hot, hot_linux.go).
+	// netpoller (dispatch=hot, hot_linux.go): the default with mode=et
+	// and wait=nested.
 	hotDispatch bool
 }
 
@@ -204,18 +205,19 @@ func (e *ConfigError) Error() string {
 // knobs is what a NETPOLL string says, key by key, before it is checked
 // against the Config fields and across keys.
 type knobs struct {
-	set      map[string]bool
-	pollers  int
-	sharing  Sharing
-	mode     regMode
-	wait     waitKind
-	spinOff  bool          // spin=off or spin=0
-	spinAuto bool          // spin=auto, said outright
-	spin     time.Duration // a fixed budget; spinForever for spin=forever
-	busyPoll time.Duration
-	readOff  bool // shortread=off
-	goCalls  bool // dispatch=go
-	hotCalls bool // dispatch=hot
+	set         map[string]bool
+	pollers     int
+	sharing     Sharing
+	mode        regMode
+	wait        waitKind
+	spinOff     bool          // spin=off or spin=0
+	spinAuto    bool          // spin=auto, said outright
+	spin        time.Duration // a fixed budget; spinForever for spin=forever
+	busyPoll    time.Duration
+	readOff     bool // shortread=off
+	goCalls     bool // dispatch=go
+	hotCalls    bool // dispatch=hot
+	inlineCalls bool // dispatch=inline, said outright
 }
 
 // keys lists the NETPOLL keys in the order String writes them.
@@ -305,13 +307,15 @@ func (k *knobs) parse(key, v string) error {
 		}
 	case "dispatch":
 		switch v {
-		case "inline", "default":
+		case "default":
+		case "inline":
+			k.inlineCalls = true
 		case "go":
 			k.goCalls = true
 		case "hot":
 			k.hotCalls = true
 		default:
-			return &ConfigError{key, v, "want inline (the default), go or hot"}
+			return &ConfigError{key, v, "want hot (the default with mode=et and wait=nested), inline or go"}
 		}
 	default:
 		return &ConfigError{"key", key, "known keys are " + strings.Join(keys, ", ")}
@@ -361,6 +365,8 @@ func (k knobs) experiment() string {
 			v = "go"
 		case key == "dispatch" && k.hotCalls:
 			v = "hot"
+		case key == "dispatch" && k.inlineCalls:
+			v = "inline"
 		default:
 			continue // a Config field: pollers, sharing but wakeall, spin=off
 		}
@@ -388,12 +394,15 @@ func (k knobs) experiment() string {
 //	           inside epoll_wait (Linux 6.9+, a NIC with busy polling)
 //	shortread  on (the default) or off: after a short read or write, skip
 //	           the syscall that would return EAGAIN
-//	dispatch   inline (the default), go or hot: a Server's handler runs on
-//	           the goroutine that polled (wait=nested); or each call that
-//	           starts after a wait starts a goroutine of its own; or, hot,
-//	           as go, and that goroutine keeps its connection while it
+//	dispatch   hot (the default with mode=et and wait=nested), inline
+//	           (the default otherwise) or go, for a Server: hot, the
+//	           goroutine that ran a call keeps its connection while it
 //	           stays busy, waiting for its next input on the runtime's
-//	           netpoller through a dup of its fd (mode=et only)
+//	           netpoller through a dup of its fd, and an idle one goes
+//	           back to the poller with no goroutine (mode=et only);
+//	           inline, a handler runs on the goroutine that polled
+//	           (wait=nested); go, each call that starts after a wait
+//	           starts a goroutine of its own
 //
 // Every key also takes "default", as if it were not given. The keys with a
 // Config field set that field; the rest are kept, in the order above, in
@@ -477,6 +486,13 @@ func (c Config) settings() (settings, error) {
 		if s.sharing == Exclusive {
 			s.wait = waitBlock
 		}
+	}
+	if !k.goCalls && !k.hotCalls && !k.inlineCalls {
+		// Measured (issue 35): hot costs package net's syscalls per
+		// request, and 0.9-1.05x its CPU where inline cost 1.1-1.4x.
+		// It needs edge-triggered registration, and the other waits
+		// keep what they were measured with.
+		s.hotDispatch = s.mode == edgeTriggered && s.wait == waitNested
 	}
 	spinOff := c.DisableSpin || k.spinOff
 	switch {

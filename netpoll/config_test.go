@@ -44,7 +44,9 @@ func TestParseConfig(t *testing.T) {
 		{"sharing=single", netpoll.Config{}, ""},
 		{"shortread=on", netpoll.Config{}, ""},
 		{"shortread=off", netpoll.Config{Experiment: "shortread=off"}, "shortread=off"},
-		{"dispatch=inline", netpoll.Config{}, ""},
+		{"dispatch=inline", netpoll.Config{Experiment: "dispatch=inline"}, "dispatch=inline"},
+		{"dispatch=hot", netpoll.Config{Experiment: "dispatch=hot"}, "dispatch=hot"},
+		{"dispatch=default", netpoll.Config{}, ""},
 		{"dispatch=go,shortread=off", netpoll.Config{Experiment: "shortread=off,dispatch=go"}, "shortread=off,dispatch=go"},
 		{"mode=et", netpoll.Config{Experiment: "mode=et"}, "mode=et"},
 		{"wait=nested", netpoll.Config{Experiment: "wait=nested"}, "wait=nested"},
@@ -279,6 +281,8 @@ func TestParseConfigMalformed(t *testing.T) {
 		{"shortread=", "shortread", ""},
 		{"shortread=no", "shortread", "no"},
 		{"dispatch=goroutine", "dispatch", "goroutine"},
+		{"dispatch=hot,mode=lt", "dispatch", "hot"},
+		{"mode=oneshot,dispatch=hot", "dispatch", "hot"},
 		{"sharing=wake-all", "sharing", "wake-all"},
 	} {
 		_, err := netpoll.ParseConfig(tt.in)

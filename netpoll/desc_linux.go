@@ -140,18 +140,19 @@ func (d *desc) ready(dr *dir, sr *serveRole) (woke bool) {
 // closing or its read deadline has passed, and otherwise sets the idle
 // timer to the deadline.
 func (d *desc) nudge(dr *dir) {
+	if dr == &d.rd && d.p.hot {
+		// Its owner may wait on the runtime's netpoller, whatever else
+		// waits in the direction (a Read from outside the handler).
+		if sc := d.srv.Load(); sc != nil {
+			sc.kickHot()
+		}
+	}
 	if dr.state.CompareAndSwap(stWaiting, stEmpty) {
 		d.send(dr)
 		return
 	}
 	if dr.state.Load() == stServe {
 		d.srv.Load().recheck() // set before the direction first entered serve
-		return
-	}
-	if dr == &d.rd && d.p.hot {
-		if sc := d.srv.Load(); sc != nil {
-			sc.kickHot() // its owner may wait on the runtime's netpoller
-		}
 	}
 }
 
@@ -234,7 +235,8 @@ type desc struct {
 
 	// armMu serializes the EPOLL_CTL_MOD calls of a oneShot or
 	// levelTriggered descriptor and the stores to armed; armed may be loaded
-	// without it as a hint. Never taken in edgeTriggered mode.
+	// without it as a hint. In edgeTriggered mode taken only by a hot
+	// connection's (hot_linux.go), whose registration is armed per park.
 	armMu sync.Mutex
 	armed atomic.Uint32 // epoll interest currently armed, without flag bits
 
@@ -407,7 +409,7 @@ func (d *desc) awaitReady(dr *dir) (parked bool, err error) {
 			}
 			return parked, nil
 		}
-		if dr.state.Load() == stServe {
+		if dr.state.Load() == stServe || dr == &d.rd && d.hotWaiting() {
 			// A Read on an idle connection served on demand, from
 			// outside its handler: the Server waits for it.
 			return parked, ErrServed

@@ -22,10 +22,11 @@ import (
 // itself. So a connection that has just been served keeps the goroutine
 // that served it, and that goroutine waits for the next input as net's
 // reader does: parked in RawConn.Read of a dup of the connection's fd,
-// which the runtime registers in its own epoll instance. The callback asks
-// the socket with poll(2) and reads nothing, so the wait holds no buffer
-// (only the goroutine's stack), and a pending error stays for the
-// handler's Read. The connection's own registration in the poller is
+// which the runtime registers in its own epoll instance. Its callback asks
+// the socket with poll(2), reading nothing (the wait holds no buffer, only
+// the goroutine's stack, and a pending error stays for the handler's
+// Read), and runs the handler itself while there is input (serveHot says
+// why inside). The connection's own registration in the poller is
 // disarmed meanwhile (EPOLLONESHOT with no events), so that the data the
 // runtime wakes the goroutine for does not wake the poller too; a park of
 // the handler's Read or of a writer arms it for that park, as oneshot
@@ -46,9 +47,9 @@ import (
 //
 // Invariants:
 //   - Only the owner (the goroutine running the connection) makes it hot
-//     or cold, and it is cold whenever the owner hands it off, finishes
-//     it, or returns from hotWait without input: the hand-off and its
-//     model check are unchanged.
+//     or cold, and it is cold whenever the owner hands it off or finishes
+//     it (serveHot returns cold): the hand-off and its model check are
+//     unchanged.
 //   - The hot flag (serverConn.hot) changes under the descriptor's armMu,
 //     and a park re-reads it there, so a park's arm never lands on the
 //     whole registration restored by goCold, nor goHot's disarm on a
@@ -62,6 +63,9 @@ import (
 //     which it does only with seq even.
 //   - The owner mirrors the connection's read deadline on the dup, so that
 //     the deadline ends the wait as it ends an idle connection's.
+//   - Close severs the dup (sever) without waiting for the callback's
+//     reference, and the owner marks the dup closed under h.mu before it
+//     closes it, so that sever never touches a reused fd number.
 
 // hotTick is the sweep period: a connection that waited through a whole
 // tick with no input goes cold, between one and two ticks after its last.
@@ -198,16 +202,23 @@ func (h *hotWait) serve(fd uintptr) bool {
 	ask := true
 	for {
 		if ask {
-			ok, err := pollReadable(int(fd))
-			if !ok && err == nil {
+			ev, err := hotPoll(int(fd))
+			if ev&readableEvents == 0 && err == nil {
 				return h.park()
 			}
+			// The connection's own registration is disarmed while hot,
+			// so the poller reports none of the conditions that end a
+			// read early with something pending (urgent data, end of
+			// input: stickyEvents): this poll does, before the handler's
+			// Read can find the socket drained and the skip trust it.
+			d.stick(uint32(ev))
 			// Input, EOF or an error: the handler's Read makes its
 			// syscall, and reports it.
 			dr.mu.Lock()
 			dr.drained = false
 			dr.mu.Unlock()
 		}
+		sc.s.stats.hotCalls.Add(1)
 		if !sc.callIn(nil, 0) {
 			h.keep = false
 			return true
@@ -226,6 +237,23 @@ func (h *hotWait) serve(fd uintptr) bool {
 		if !ask {
 			return h.park()
 		}
+	}
+}
+
+// hotPoll asks fd, without waiting, whether a read would not block, and
+// for the conditions of stickyEvents (POLLPRI, POLLRDHUP, POLLHUP and
+// POLLERR have the values of their epoll bits on Linux).
+func hotPoll(fd int) (int16, error) {
+	fds := [1]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLRDHUP | unix.POLLPRI}}
+	for {
+		n, err := unix.Poll(fds[:], 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n == 0 {
+			return 0, err
+		}
+		return fds[0].Revents, nil
 	}
 }
 
@@ -304,16 +332,25 @@ func (sc *serverConn) goHot() *hotWait {
 	h.serveFn = h.serve // made once: a wait allocates nothing
 	d.armMu.Lock()
 	sc.hot.Store(h)
-	err = d.p.arm(d) // the parked directions only, EPOLLONESHOT: none while the owner runs
-	if err != nil {
+	// A Close that began before the store found no wait to sever: seen
+	// here (it sets closing before it looks for the wait).
+	closing := d.closing()
+	if !closing {
+		err = d.p.arm(d) // the parked directions only, EPOLLONESHOT: none while the owner runs
+	}
+	if closing || err != nil {
 		sc.hot.Store(nil)
-		d.p.fail(d, err)
+		if err != nil {
+			d.p.fail(d, err)
+		}
 	}
 	d.armMu.Unlock()
-	if err != nil {
-		h.f.Close()
+	if closing || err != nil {
+		h.close()
 		s.hot.remove(h)
-		s.stats.hotRefused.Add(1)
+		if err != nil {
+			s.stats.hotRefused.Add(1)
+		}
 		return nil
 	}
 	s.stats.hotEntries.Add(1)
@@ -327,29 +364,48 @@ func (sc *serverConn) goCold(h *hotWait) {
 		return
 	}
 	s, d := sc.s, sc.desc()
-	s.hot.remove(h)
 	d.armMu.Lock()
 	sc.hot.Store(nil)
-	var err error
 	if !d.failed() && d.incref() == nil { // closing: the registration goes with the fd
-		err = d.p.restore(d)
+		if err := d.p.restore(d); err != nil {
+			d.p.fail(d, err) // with the reference: d.fd is not closed, nor its number reused, under fail's DEL
+		}
 		d.decref()
 	}
-	if err != nil {
-		d.p.fail(d, err)
-	}
 	d.armMu.Unlock()
+	h.close()
+	s.hot.remove(h) // after the close: a Server with nothing hot holds no dup
+	s.stats.hotExits.Add(1)
+}
+
+// close closes f, telling sever first: f's fd number is free once it is
+// closed. The owner's.
+func (h *hotWait) close() {
 	h.mu.Lock()
-	h.closed = true // before the close frees the fd number: sever leaves it alone
+	h.closed = true
 	h.mu.Unlock()
 	if h.inCB {
 		// A handler's Goexit unwinding through f's RawConn.Read, whose
 		// reference the close waits for: it drops it further up.
 		go h.f.Close()
-	} else {
-		h.f.Close() // the runtime deletes its registration and closes the dup
+		return
 	}
-	s.stats.hotExits.Add(1)
+	h.f.Close() // the runtime deletes its registration and closes the dup
+}
+
+// hotWaiting reports whether d is a hot connection's whose owner waits for
+// its next input (or is about to): a Read from another goroutine is one
+// from outside the handler (ErrServed).
+func (d *desc) hotWaiting() bool {
+	if !d.p.hot {
+		return false
+	}
+	sc := d.srv.Load()
+	if sc == nil {
+		return false
+	}
+	h := sc.hot.Load()
+	return h != nil && h.seq.Load()&1 == 1
 }
 
 // kickHot ends sc's hot wait, if it is in one: desc.nudge's part for a

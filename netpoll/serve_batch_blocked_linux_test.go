@@ -21,7 +21,7 @@ import (
 // the test rather than hang.
 func TestServeBatchBlockedOneP(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	g := newGroup(t, cfgOf(t, "spin=off"))
+	g := newGroup(t, cfgOf(t, "spin=off,dispatch=inline"))
 	l := listen(t, g, "tcp")
 	done, stop := watchdog(t, 10*time.Second)
 	defer done()

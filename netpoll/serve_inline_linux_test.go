@@ -109,7 +109,7 @@ type fixture struct {
 func newFixture(t *testing.T, s *netpoll.Server, clients int) *fixture {
 	t.Helper()
 	stopClock(t)
-	g := newGroup(t, cfgOf(t, "spin=off"))
+	g := newGroup(t, cfgOf(t, "spin=off,dispatch=inline"))
 	l := listen(t, g, "tcp")
 	serveOn(t, s, l)
 	done, stop := watchdog(t, time.Minute)
@@ -174,7 +174,7 @@ func TestServeInlineHops(t *testing.T) {
 	for _, spin := range []string{"off", "auto"} {
 		t.Run("spin="+spin, func(t *testing.T) {
 			stopClock(t)
-			g := newGroup(t, cfgOf(t, "spin="+spin))
+			g := newGroup(t, cfgOf(t, "spin="+spin+",dispatch=inline"))
 			l := listen(t, g, "tcp")
 			s := &netpoll.Server{Handler: echoHandler}
 			serveOn(t, s, l)
@@ -238,7 +238,7 @@ func TestServeInlineHops(t *testing.T) {
 // the server or in the client (package net's).
 func TestServeInlineAllocs(t *testing.T) {
 	stopClock(t)
-	g := newGroup(t, cfgOf(t, "spin=off"))
+	g := newGroup(t, cfgOf(t, "spin=off,dispatch=inline"))
 	l := listen(t, g, "tcp")
 	s := &netpoll.Server{Handler: echoHandler}
 	serveOn(t, s, l)
@@ -276,7 +276,7 @@ func TestServeBlockedHandler(t *testing.T) {
 		t.Run("block="+how, func(t *testing.T) {
 			var clock atomic.Int64
 			defer netpoll.SetServeClock(func() time.Duration { return time.Duration(clock.Load()) })()
-			g := newGroup(t, cfgOf(t, "spin=off"))
+			g := newGroup(t, cfgOf(t, "spin=off,dispatch=inline"))
 			l := listen(t, g, "tcp")
 			release := make(chan struct{})
 			var blockNext atomic.Bool
@@ -538,7 +538,7 @@ func TestServeGroupCloseFromHandler(t *testing.T) {
 	defer done()
 	initRuntimePoller(t)
 	goroutines, fds := runtime.NumGoroutine(), countFDs(t)
-	g := newGroup(t, cfgOf(t, "spin=off"))
+	g := newGroup(t, cfgOf(t, "spin=off,dispatch=inline"))
 	l := listen(t, g, "tcp")
 	closed := make(chan error, 1)
 	s := &netpoll.Server{Handler: netpoll.HandlerFunc(func(c net.Conn) error {

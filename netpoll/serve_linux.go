@@ -203,7 +203,7 @@ func (sc *serverConn) callIn(sr *serveRole, out uint64) (keep bool) {
 // finish closes sc's connection, reports StateClosed (once: only the
 // owner finishes, and it owns sc for good from here) and forgets it.
 func (sc *serverConn) finish() {
-	sc.c.Close() // kicks nothing: the owner is here, not in a hot wait
+	sc.c.Close() // severs the dup of a hot connection: its socket closes now
 	if sc.desc() != nil {
 		sc.goCold(sc.hot.Load())
 		sc.stopTimer()

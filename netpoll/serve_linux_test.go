@@ -100,6 +100,14 @@ func serveOn(t *testing.T, s *netpoll.Server, l net.Listener) {
 		if err := <-served; !errors.Is(err, netpoll.ErrServerClosed) {
 			t.Errorf("Serve returned %v, want ErrServerClosed", err)
 		}
+		// Close does not wait for the goroutines of hot connections,
+		// which close their dups as they wake: wait, so that the next
+		// test's count of fds does not see them go.
+		done, stop := watchdog(t, time.Minute)
+		defer done()
+		if !await(stop, func() bool { return netpoll.HotConns(s) == 0 }) {
+			t.Errorf("%d connections still hot after Close", netpoll.HotConns(s))
+		}
 	})
 }
 
@@ -135,7 +143,8 @@ func roundTrip(t *testing.T, c net.Conn, msg []byte) {
 
 // eachServeConfig runs f on a group of every registration mode, with
 // short-read skipping on (the hand-off may skip its socket check) and off
-// (it always checks), and on one whose handlers wait inline (wait=inline).
+// (it always checks), on one whose handlers wait inline (wait=inline), and
+// on one whose handlers run on the role's goroutine (dispatch=inline).
 func eachServeConfig(t *testing.T, f func(t *testing.T, cfg netpoll.Config)) {
 	for _, m := range modes {
 		for _, sr := range []string{"on", "off"} {
@@ -147,6 +156,23 @@ func eachServeConfig(t *testing.T, f func(t *testing.T, cfg netpoll.Config)) {
 	t.Run("mode=et/wait=inline", func(t *testing.T) {
 		f(t, cfgOf(t, "wait=inline"))
 	})
+	// The default serves hot (mode=et above); the role's inline calls,
+	// the default before it, are served here.
+	t.Run("mode=et/dispatch=inline", func(t *testing.T) {
+		f(t, cfgOf(t, "dispatch=inline"))
+	})
+}
+
+// hotCalls reads s's count of calls made by hot connections' waits
+// (dispatch=hot, the default with mode=et): calls that no edge and no
+// hand-off started.
+func hotCalls(t *testing.T, s *netpoll.Server) uint64 {
+	t.Helper()
+	sm := []netpoll.Sample{{Name: "/server/hot-calls:calls"}}
+	if err := s.ReadStats(sm); err != nil {
+		t.Fatalf("Server.ReadStats: %v", err)
+	}
+	return sm[0].Value
 }
 
 // TestServeIdleHoldsNoGoroutine serves 100 connections that echo a few
@@ -200,8 +226,11 @@ func TestServeIdleHoldsNoGoroutine(t *testing.T) {
 		if st.HandlerRuns != conns*rounds || st.Conns != conns || st.Panics != 0 {
 			t.Errorf("stats %+v: want %d handler starts, %d conns", st, conns*rounds, conns)
 		}
-		if ho := readHandOffs(t, s); ho.HandOffs < conns*rounds || ho.Checks+ho.Skips < ho.HandOffs {
-			t.Errorf("hand-offs %+v: want at least %d hand-offs, each checked or skipped", ho, conns*rounds)
+		// Each return is followed by a hand-off, or (hot) by the call its
+		// connection's wait makes, or by a hand-off once it goes cold.
+		hot := hotCalls(t, s)
+		if ho := readHandOffs(t, s); ho.HandOffs+hot < conns*rounds || ho.Checks+ho.Skips < ho.HandOffs {
+			t.Errorf("hand-offs %+v and %d hot calls: want at least %d together, each hand-off checked or skipped", ho, hot, conns*rounds)
 		}
 		// Every call was started by an edge, which the poller counts as a
 		// wakeup (adaptive spinning learns from them), or by a hand-off
@@ -211,8 +240,8 @@ func TestServeIdleHoldsNoGoroutine(t *testing.T) {
 		// wakeups once it has dispatched them all, so the last may be
 		// counted after its handler ran: wait for it.
 		found := readHandOffs(t, s).Found
-		if !await(stop, func() bool { return netpoll.Counters(g).Total.Woken+found >= st.HandlerRuns }) {
-			t.Errorf("the pollers counted %d wakeups and hand-offs found %d messages queued for %d handler starts", netpoll.Counters(g).Total.Woken, found, st.HandlerRuns)
+		if !await(stop, func() bool { return netpoll.Counters(g).Total.Woken+found+hot >= st.HandlerRuns }) {
+			t.Errorf("the pollers counted %d wakeups, hand-offs found %d messages queued and hot waits %d for %d handler starts", netpoll.Counters(g).Total.Woken, found, hot, st.HandlerRuns)
 		}
 		for c, state := range s.Conns() {
 			if state != netpoll.StateIdle || netpoll.ReadState(c) != "serve" {

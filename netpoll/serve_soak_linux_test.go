@@ -57,7 +57,8 @@ func TestServeSoak(t *testing.T) {
 
 // TestServeSoakBlocking is the soak with handlers that block outside
 // netpoll (a sleep of up to 2 ms before one echo in three, as a backend call
-// would), at GOMAXPROCS 1 and 2, with handlers run inline (the default, with
+// would), at GOMAXPROCS 1 and 2, with connections served hot (the default,
+// with spinning and without), handlers run inline (dispatch=inline, with
 // spinning and without) and on a goroutine per call (dispatch=go): the role
 // passes on while a handler sleeps, connections are demoted and promoted,
 // batches spread to workers. Nothing may be lost or left hanging, and
@@ -73,7 +74,7 @@ func TestServeSoakBlocking(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("%d connections × %d messages per configuration, seed %d", conns, rounds, seed)
 	for _, procs := range []int{1, 2} {
-		for _, exp := range []string{"", "spin=off", "dispatch=go"} {
+		for _, exp := range []string{"", "spin=off", "dispatch=inline", "dispatch=inline,spin=off", "dispatch=go"} {
 			t.Run(fmt.Sprintf("procs=%d/%s", procs, exp), func(t *testing.T) {
 				defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
 				serveSoakWith(t, cfgOf(t, exp), conns, rounds, seed, true)

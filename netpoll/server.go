@@ -25,10 +25,15 @@ import (
 //
 // A handler may block for as long as it needs mid-request (a slow client, a
 // backend call): nothing is cut off because the connection looked idle,
-// and other connections are not held up (on Linux a call runs on the
-// goroutine that found the connection ready, and the poller's role passes
-// to another goroutine at the first event that comes while it runs). It
-// keeps whatever it needs between calls in its own value: see
+// and other connections are not held up. On Linux, by default, a
+// connection that has been served keeps the goroutine that served it
+// while it stays busy: between calls that goroutine waits on the runtime's
+// netpoller, as package net's reader does, holding no buffer, and a
+// connection that waits longer than a sweep (20-40 ms) goes back to the
+// Server's poller with no goroutine (the experiment dispatch=hot; with
+// dispatch=inline a call runs on the goroutine that polled, and the
+// poller's role passes on at the first event that comes while it runs).
+// It keeps whatever it needs between calls in its own value: see
 // Server.NewHandler.
 //
 // What a call may rely on about the goroutine it runs on:
@@ -36,7 +41,8 @@ import (
 //   - Each call starts with the pprof label netpoll=handler and no other;
 //     labels a call sets do not outlive it.
 //   - Nothing else: the calls of one connection may run on different
-//     goroutines, and one goroutine runs many connections' calls, with
+//     goroutines (a busy connection's on one, until it idles), and under
+//     dispatch=inline one goroutine runs many connections' calls, with
 //     polls in between. Goroutine-local state a call changes
 //     (runtime.LockOSThread, debug.SetPanicOnFault) must be restored
 //     before it returns: a call that returns locked to its thread leaves
@@ -158,8 +164,9 @@ type serverCounters struct {
 	// connections of a batch spread to workers.
 	inlineCalls, workerCalls, demotions, promotions, spread atomic.Uint64
 	// dispatch=hot (hot_linux.go): connections made hot, made cold, and
-	// refused (the bound, or a failed dup or epoll_ctl).
-	hotEntries, hotExits, hotRefused atomic.Uint64
+	// refused (the bound, or a failed dup or epoll_ctl); calls a hot
+	// wait made.
+	hotEntries, hotExits, hotRefused, hotCalls atomic.Uint64
 }
 
 // Stats returns the counters a user watches.

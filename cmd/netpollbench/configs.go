@@ -33,18 +33,20 @@ var servers = []server{
 	// taking one from a pool to echo: the idle experiment's buffer-free row.
 	{"waitread", "cfg=waitread/impl=netpoll/mode=et/spin=auto/waitread=on", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-waitread"}, nil},
 	// The default serving on demand (netpoll.Server): a handler call per
-	// readable connection echoes one Read with a buffer from a pool, and
-	// an idle connection holds no goroutine and no buffer. ondemand-net is
+	// readable connection echoes one Read with a buffer from a pool, a
+	// busy connection keeps its goroutine, waiting on the runtime's
+	// netpoller (dispatch=hot, the default), and an idle one holds no
+	// goroutine and no buffer. ondemand-net is
 	// the same on package net's listener, the Server's fallback: a
 	// goroutine per connection that waits with no buffer.
 	{"ondemand", "cfg=ondemand/impl=netpoll/mode=et/spin=auto/ondemand=on", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-ondemand"}, nil},
 	// ondemand with a goroutine per handler call, as the Server ran
 	// before inline dispatch (issue 35's before-row).
 	{"ondemand-go", "cfg=ondemand-go/impl=netpoll/mode=et/spin=auto/ondemand=on/dispatch=go", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-ondemand", "-dispatch", "go"}, nil},
-	// ondemand with busy connections waiting on the runtime's netpoller
-	// through a dup of their fd, idle ones cold on the poller (issue 35).
-	{"ondemand-hot", "cfg=ondemand-hot/impl=netpoll/mode=et/spin=auto/ondemand=on/dispatch=hot", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-ondemand", "-dispatch", "hot"}, nil},
-	{"ondemand-hot-nospin", "cfg=ondemand-hot-nospin/impl=netpoll/mode=et/spin=0/ondemand=on/dispatch=hot", "echoserver", []string{"-impl", "netpoll", "-spin", "0", "-ondemand", "-dispatch", "hot"}, nil},
+	// ondemand with handlers run on the goroutine that polled, the role
+	// passing on (dispatch=inline): the Server's default before hot
+	// connections (issue 35).
+	{"ondemand-role", "cfg=ondemand-role/impl=netpoll/mode=et/spin=auto/ondemand=on/dispatch=inline", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-ondemand", "-dispatch", "inline"}, nil},
 	// ondemand under wait=inline: what the Server would get if the
 	// default wait were inline above one P (issue 35, part 4).
 	{"ondemand-inline", "cfg=ondemand-inline/impl=netpoll/mode=et/spin=auto/ondemand=on/wait=inline", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-ondemand", "-wait", "inline"}, nil},

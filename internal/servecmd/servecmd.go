@@ -50,7 +50,7 @@ func (f *Flags) Register(fs *flag.FlagSet, defaultAddr string) {
 	fs.StringVar(&f.Spin, "spin", "default", `netpoll spin: a budget (a duration, 0 for never, or "forever"), "auto", or "default" (the library's: auto)`)
 	fs.StringVar(&f.Wait, "wait", "default", `netpoll wait strategy: nested, block, inline or "default" (nested; block with -sharing exclusive)`)
 	fs.StringVar(&f.ShortRead, "shortread", "default", `netpoll: skip the syscall that would return EAGAIN after a short read or write: on, off, or "default" (the library's: on)`)
-	fs.StringVar(&f.Dispatch, "dispatch", "default", `netpoll.Server: run a handler on the goroutine that polled ("inline", the default), on a goroutine of its own per call ("go"), or on one that keeps a busy connection, waiting on the runtime's netpoller ("hot")`)
+	fs.StringVar(&f.Dispatch, "dispatch", "default", `netpoll.Server: run a handler on a goroutine that keeps a busy connection, waiting on the runtime's netpoller ("hot", the default with mode et), on the goroutine that polled ("inline"), or on a goroutine of its own per call ("go")`)
 	fs.StringVar(&f.Network, "net", "tcp", "network: tcp, tcp4, tcp6 or unix")
 	fs.StringVar(&f.Addr, "addr", defaultAddr, "address to listen on")
 	fs.DurationVar(&f.Lifetime, "lifetime", 0, "exit after this long (0: run until interrupted)")
