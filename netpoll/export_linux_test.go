@@ -379,14 +379,6 @@ func SetHotHook(f func(c net.Conn, at HotPoint)) (restore func()) {
 	return func() { testHookHot.Store(nil) }
 }
 
-// InitPlaceholder makes dispatch=hot's placeholder fd (sever) now, so that
-// a test counting fds does not count it.
-func InitPlaceholder() {
-	if _, err := placeholderFD(); err != nil {
-		panic(err)
-	}
-}
-
 // HotWaiting is how many of s's hot connections wait now (or are about
 // to: their wait announced).
 func HotWaiting(s *Server) int {

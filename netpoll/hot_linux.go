@@ -176,6 +176,19 @@ func (sc *serverConn) serveHot() (keep, returned bool) {
 	return h.keep, h.returned
 }
 
+// busy reports whether sc's handler, which has just returned, had
+// returned less than hotTick before, to a hand-off: its connection is
+// busy, and goes hot. One call followed by quiet (a connection that says
+// hello and idles, a burst) never makes it hot, so an idle connection
+// never paid a goroutine, a dup and their transitions for nothing. Called
+// by the owner after each return outside a hot wait: it notes the return.
+func (sc *serverConn) busy() bool {
+	now := serveClock()
+	last := sc.returned
+	sc.returned = now
+	return last != 0 && now-last < hotTick
+}
+
 // plain reports whether sc's handler may be called again, or wait, with
 // nothing for a hand-off to act on at once (handOff's first switch).
 func (sc *serverConn) plain() bool {
@@ -425,45 +438,34 @@ func (sc *serverConn) kickHot() {
 	}
 }
 
-// sever makes f's fd number refer to a placeholder (an eventfd of the
-// process's, never readable) instead of the connection's socket, so that
-// the socket is released when the Conn's own fd closes. It cannot close f:
-// the owner may run the handler inside f's RawConn.Read, whose reference
-// the close would wait for, and the handler may be the one closing (or
-// blocked on what the closer holds). dup3 replaces the number atomically,
-// a syscall in flight on it keeps the socket it began with, and the
-// runtime's registration of the socket goes with the socket (its later
+// sever makes f's fd number refer to a placeholder (a fresh eventfd, never
+// readable) instead of the connection's socket, so that the socket is
+// released when the Conn's own fd closes. It cannot close f: the owner may
+// run the handler inside f's RawConn.Read, whose reference the close
+// would wait for, and the handler may be the one closing (or blocked on
+// what the closer holds). dup3 replaces the number atomically, a syscall
+// in flight on it keeps the socket it began with, and the runtime's
+// registration of the socket goes with the socket (its later
 // EPOLL_CTL_DEL of the number fails, which it ignores). The owner's close
-// of f, later, closes the placeholder's copy. Invariant: f's fd number is
-// not reused while sever may touch it: the owner sets closed under mu
-// before it closes f.
+// of f, later, closes the placeholder. Invariant: f's fd number is not
+// reused while sever may touch it: the owner sets closed under mu before
+// it closes f. Without an eventfd (EMFILE) the socket closes when the
+// owner goes cold: at once if it waits (the kick), when the handler
+// returns if one runs.
 func (h *hotWait) sever() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed || h.severed {
 		return
 	}
-	ph, err := placeholderFD()
+	ph, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
-		return // no eventfd: the socket closes when the handler returns
+		return
 	}
 	if unix.Dup3(ph, h.fd, unix.O_CLOEXEC) == nil {
 		h.severed = true
 	}
-}
-
-var placeholder struct {
-	once sync.Once
-	fd   int
-	err  error
-}
-
-// placeholderFD is sever's placeholder, made once per process.
-func placeholderFD() (int, error) {
-	placeholder.once.Do(func() {
-		placeholder.fd, placeholder.err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	})
-	return placeholder.fd, placeholder.err
+	unix.Close(ph)
 }
 
 // kick sets a past deadline on the dup: the wait ends, now or as it

@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -130,7 +132,7 @@ func TestServeHotHops(t *testing.T) {
 func TestServeHotGoesCold(t *testing.T) {
 	g, s, c, stop := hotFixture(t, echoHandler)
 	msg, got := []byte("cold"), make([]byte, 4)
-	if err := echo1(c, msg, got); err != nil {
+	if err := heat(c, "cold"); err != nil {
 		t.Fatal(err)
 	}
 	if !await(stop, func() bool { return netpoll.HotConns(s) == 1 }) {
@@ -153,8 +155,8 @@ func TestServeHotGoesCold(t *testing.T) {
 	if !await(stop, func() bool { return netpoll.HotConns(s) == 1 }) {
 		t.Fatal("the connection was not made hot again")
 	}
-	if st := readHot(t, g, s); st.entries != 2 || st.runs != 4 {
-		t.Errorf("hot entries %d, handler runs %d: want 2 and 4", st.entries, st.runs)
+	if st := readHot(t, g, s); st.entries != 2 || st.runs != 5 {
+		t.Errorf("hot entries %d, handler runs %d: want 2 and 5", st.entries, st.runs)
 	}
 }
 
@@ -189,14 +191,13 @@ func TestServeHotClose(t *testing.T) {
 	defer c.Close()
 	done, stop := watchdog(t, time.Minute)
 	defer done()
-	msg, got := []byte("close"), make([]byte, 5)
-	if err := echo1(c, msg, got); err != nil {
+	got := make([]byte, 5)
+	if err := heat(c, "close"); err != nil {
 		t.Fatal(err)
 	}
 	if !await(stop, func() bool { return netpoll.HotConns(s) == 1 && s.Stats().Idle == 1 }) {
 		t.Fatal("the connection never waited hot")
 	}
-	netpoll.InitPlaceholder() // made once per process, at the first Close of a hot connection
 	fds := openFDs(t)
 	if err := serverSide(t, s, c).Close(); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -234,7 +235,7 @@ func TestServeHotDeadline(t *testing.T) {
 	})
 	_, s, c, stop := hotFixture(t, h)
 	msg, got := []byte("dl"), make([]byte, 2)
-	if err := echo1(c, msg, got); err != nil {
+	if err := heat(c, "dl"); err != nil {
 		t.Fatal(err)
 	}
 	if !await(stop, func() bool { return netpoll.HotConns(s) == 1 && s.Stats().Idle == 1 }) {
@@ -291,7 +292,7 @@ func TestServeHotShutdown(t *testing.T) {
 	}
 	got := make([]byte, 2)
 	for _, cc := range clients {
-		if err := echo1(cc, []byte("hi"), got); err != nil {
+		if err := heat(cc, "hi"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -338,7 +339,7 @@ func TestServeHotPark(t *testing.T) {
 	})
 	g, s, c, stop := hotFixture(t, h)
 	got := make([]byte, 8)
-	if err := echo1(c, []byte("12345678"), got); err != nil {
+	if err := heat(c, "12345678"); err != nil {
 		t.Fatal(err)
 	}
 	if !await(stop, func() bool { return netpoll.HotConns(s) == 1 && s.Stats().Idle == 1 }) {
@@ -383,7 +384,7 @@ func TestServeHotSweeper(t *testing.T) {
 	defer c.Close()
 	done, stop := watchdog(t, time.Minute)
 	defer done()
-	if err := echo1(c, []byte("tick"), make([]byte, 4)); err != nil {
+	if err := heat(c, "tick"); err != nil {
 		t.Fatal(err)
 	}
 	if !await(stop, func() bool { return readHot(t, g, s).entries == 1 }) {
@@ -445,6 +446,11 @@ func testHotWindow(t *testing.T, at netpoll.HotPoint, what string) {
 	done, stop := watchdog(t, time.Minute)
 	defer done()
 	got := make([]byte, 2)
+	// w0's call is cold; w1's, the next within the sweep period, makes
+	// the connection busy, hot after it.
+	if err := echo1(c, []byte("w0"), got); err != nil {
+		t.Fatal(err)
+	}
 	shut := make(chan error, 1)
 	var fired atomic.Bool
 	restore := netpoll.SetHotHook(func(hc net.Conn, p netpoll.HotPoint) {
@@ -567,7 +573,7 @@ func TestServeHotCloseWhileRunning(t *testing.T) {
 	})
 	_, s, c, stop := hotFixture(t, h)
 	defer close(release)
-	if err := echo1(c, []byte("hi"), make([]byte, 2)); err != nil {
+	if err := heat(c, "hi"); err != nil {
 		t.Fatal(err)
 	}
 	if !await(stop, func() bool { return netpoll.HotConns(s) == 1 && s.Stats().Idle == 1 }) {
@@ -608,4 +614,89 @@ func TestServeHotAllocs(t *testing.T) {
 	if d := readHot(t, g, s).sub(before); d.runs != 1001 || d.entries != 0 {
 		t.Errorf("%d handler runs, %d hot entries in 1001 requests: want 1001 and 0", d.runs, d.entries)
 	}
+}
+
+// TestServeHotParallel: busy connections are served in parallel, each on
+// a goroutine of its own: two handlers that each wait for the other to be
+// running both get there (one goroutine serving both would wait for
+// good), at GOMAXPROCS 2 and at 1.
+func TestServeHotParallel(t *testing.T) {
+	for _, procs := range []int{2, 1} {
+		t.Run(fmt.Sprintf("procs=%d", procs), func(t *testing.T) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+			var inside atomic.Int32
+			var mu sync.Mutex
+			goroutines := map[uint64]bool{}
+			done, stop := watchdog(t, time.Minute)
+			defer done()
+			h := netpoll.HandlerFunc(func(c net.Conn) error {
+				var buf [8]byte
+				n, err := c.Read(buf[:])
+				if err != nil {
+					return err
+				}
+				if string(buf[:n]) == "meet" {
+					mu.Lock()
+					goroutines[goid()] = true
+					mu.Unlock()
+					inside.Add(1)
+					if !await(stop, func() bool { return inside.Load() >= 2 }) {
+						return errors.New("the other handler never ran beside this one")
+					}
+				}
+				_, err = c.Write(buf[:n])
+				return err
+			})
+			_, s, c, _ := hotFixture(t, h)
+			c2, err := net.Dial("tcp", c.RemoteAddr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c2.Close()
+			for _, cc := range []net.Conn{c, c2} {
+				if err := heat(cc, "hi"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !await(stop, func() bool { return netpoll.HotConns(s) == 2 }) {
+				t.Fatalf("%d hot, want 2", netpoll.HotConns(s))
+			}
+			for _, cc := range []net.Conn{c, c2} {
+				if _, err := cc.Write([]byte("meet")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, cc := range []net.Conn{c, c2} {
+				got := make([]byte, 4)
+				if _, err := io.ReadFull(cc, got); err != nil || string(got) != "meet" {
+					t.Fatalf("echo %q, %v; want meet", got, err)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(goroutines) != 2 {
+				t.Errorf("the two handlers ran on %d goroutines, want 2", len(goroutines))
+			}
+		})
+	}
+}
+
+// goid is the calling goroutine's id, from its stack header.
+func goid() uint64 {
+	var b [64]byte
+	n := runtime.Stack(b[:], false)
+	f := strings.Fields(string(b[:n]))
+	id, _ := strconv.ParseUint(f[1], 10, 64)
+	return id
+}
+
+// heat makes the server side of c hot: two requests, the second returning
+// within the sweep period of the first (busy).
+func heat(c net.Conn, msg string) error {
+	for range 2 {
+		if err := echo1(c, []byte(msg), make([]byte, len(msg))); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -38,6 +38,10 @@ type serverConn struct {
 	// stays busy, nil while it has none (dispatch=hot, hot_linux.go).
 	// Stored by the owner; loaded by nudge's kick and by a park.
 	hot atomic.Pointer[hotWait]
+	// returned is when its handler last returned to a hand-off, from
+	// serveClock; 0 before. A call that returns within hotTick of it
+	// makes the connection hot (busy); the owner's.
+	returned time.Duration
 }
 
 // idleTimer is the timer of an idle connection (armTimer): its read
@@ -162,7 +166,7 @@ func (sc *serverConn) run(check bool, sr *serveRole, out uint64) {
 			break
 		}
 		returned = true
-		if d.p.hot && sr == nil {
+		if d.p.hot && sr == nil && sc.busy() {
 			// Served hot until it goes cold; then handed off.
 			if keep, returned = sc.serveHot(); !keep {
 				break
