@@ -48,13 +48,25 @@ func (a hotStats) sub(b hotStats) hotStats {
 }
 
 // hotFixture is a Server under dispatch=hot on a group that does not spin,
-// and one client connected to it, served hot after its first request.
+// and one client connected to it, served hot after its second request
+// (heat).
 func hotFixture(t *testing.T, h netpoll.Handler) (*netpoll.Group, *netpoll.Server, net.Conn, <-chan struct{}) {
+	g, s, c, stop, _ := hotFixtureClosed(t, h)
+	return g, s, c, stop
+}
+
+// hotFixtureClosed is hotFixture with the count of StateClosed reports.
+func hotFixtureClosed(t *testing.T, h netpoll.Handler) (*netpoll.Group, *netpoll.Server, net.Conn, <-chan struct{}, *atomic.Int32) {
 	t.Helper()
 	t.Cleanup(netpoll.SetHotTick(time.Hour)) // the test sweeps (goCold)
 	g := newGroup(t, cfgOf(t, "dispatch=hot,spin=off"))
 	l := listen(t, g, "tcp")
-	s := &netpoll.Server{Handler: h}
+	closed := new(atomic.Int32)
+	s := &netpoll.Server{Handler: h, ConnState: func(_ net.Conn, st netpoll.ConnState) {
+		if st == netpoll.StateClosed {
+			closed.Add(1)
+		}
+	}}
 	serveOn(t, s, l)
 	c, err := net.Dial("tcp", l.Addr().String())
 	if err != nil {
@@ -63,7 +75,7 @@ func hotFixture(t *testing.T, h netpoll.Handler) (*netpoll.Group, *netpoll.Serve
 	t.Cleanup(func() { c.Close() })
 	done, stop := watchdog(t, time.Minute)
 	t.Cleanup(done)
-	return g, s, c, stop
+	return g, s, c, stop, closed
 }
 
 // goCold sweeps s until it has no hot connection left: two sweeps make a
@@ -174,23 +186,7 @@ func openFDs(t *testing.T) int {
 // it waits ends the wait; the client reads EOF (the dup does not keep the
 // socket open), StateClosed comes once, and the goroutine is gone.
 func TestServeHotClose(t *testing.T) {
-	var closed atomic.Int32
-	t.Cleanup(netpoll.SetHotTick(time.Hour))
-	g := newGroup(t, cfgOf(t, "dispatch=hot,spin=off"))
-	l := listen(t, g, "tcp")
-	s := &netpoll.Server{Handler: echoHandler, ConnState: func(_ net.Conn, st netpoll.ConnState) {
-		if st == netpoll.StateClosed {
-			closed.Add(1)
-		}
-	}}
-	serveOn(t, s, l)
-	c, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	done, stop := watchdog(t, time.Minute)
-	defer done()
+	g, s, c, stop, closed := hotFixtureClosed(t, echoHandler)
 	got := make([]byte, 5)
 	if err := heat(c, "close"); err != nil {
 		t.Fatal(err)
@@ -428,23 +424,7 @@ func testHotWindow(t *testing.T, at netpoll.HotPoint, what string) {
 		_, err = c.Write(buf[:n])
 		return err
 	})
-	var closed atomic.Int32
-	t.Cleanup(netpoll.SetHotTick(time.Hour))
-	g := newGroup(t, cfgOf(t, "dispatch=hot,spin=off"))
-	l := listen(t, g, "tcp")
-	s := &netpoll.Server{Handler: h, ConnState: func(_ net.Conn, st netpoll.ConnState) {
-		if st == netpoll.StateClosed {
-			closed.Add(1)
-		}
-	}}
-	serveOn(t, s, l)
-	c, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	done, stop := watchdog(t, time.Minute)
-	defer done()
+	g, s, c, stop, closed := hotFixtureClosed(t, h)
 	got := make([]byte, 2)
 	// w0's call is cold; w1's, the next within the sweep period, makes
 	// the connection busy, hot after it.
