@@ -141,8 +141,9 @@ func readWaits(d *desc) bool {
 
 // armForPark makes sure an event will come for a direction about to park.
 // edgeTriggered: nothing to do, unless the connection is hot
-// (hot_linux.go), whose registration is armed per park as oneShot's. oneShot: re-arm (one EPOLL_CTL_MOD per
-// park). levelTriggered: only if the wanted interest is not armed already.
+// (hot_linux.go), whose registration is armed per park as oneShot's.
+// oneShot: re-arm (one EPOLL_CTL_MOD per park). levelTriggered: only if
+// the wanted interest is not armed already.
 // An error fails d (fail): the registration may be gone (a DEL whose ADD
 // failed), and with armed unchanged a later park would find its interest
 // "armed" and wait for good.
@@ -192,9 +193,9 @@ func (p *poller) arm(d *desc) error {
 
 // rearmAfterEvent runs on the poller after an event for d in oneShot or
 // levelTriggered mode, or hot (hot_linux.go). oneShot and hot: the kernel
-// disarmed the whole fd, so a
-// direction still parked must be armed again. levelTriggered: drop EPOLLOUT
-// once no writer is parked, or it would fire on every epoll_wait. An error
+// disarmed the whole fd, so a direction still parked must be armed again.
+// levelTriggered: drop EPOLLOUT once no writer is parked, or it would fire
+// on every epoll_wait. An error
 // fails d: the parked direction would wait for good (oneShot), or EPOLLOUT
 // fire until Close (levelTriggered).
 func (p *poller) rearmAfterEvent(d *desc) {

@@ -488,10 +488,11 @@ func (c Config) settings() (settings, error) {
 		}
 	}
 	if !k.goCalls && !k.hotCalls && !k.inlineCalls {
-		// Measured (issue 35): hot costs package net's syscalls per
-		// request, and 0.9-1.05x its CPU where inline cost 1.1-1.4x.
-		// It needs edge-triggered registration, and the other waits
-		// keep what they were measured with.
+		// Measured (issue 35, testdata/issue35/hot): hot makes package
+		// net's syscalls per request and spent 0.92-1.25x its CPU per
+		// request across the cells, where inline dispatch spent
+		// 1.08-1.57x. It needs edge-triggered registration, and the
+		// other waits keep what they were measured with.
 		s.hotDispatch = s.mode == edgeTriggered && s.wait == waitNested
 	}
 	spinOff := c.DisableSpin || k.spinOff

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Issue 35 (session 4): two default runs and one before/after run, each after quiet+calib.
 set -u
-cd /work/main
+cd "$(dirname "$0")/../../.."  # the repository
 out=testdata/issue35/hot
 mkdir -p $out
 for r in run1 run2; do
