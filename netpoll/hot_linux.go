@@ -445,9 +445,12 @@ func (sc *serverConn) kickHot() {
 // would wait for, and the handler may be the one closing (or blocked on
 // what the closer holds). dup3 replaces the number atomically, a syscall
 // in flight on it keeps the socket it began with, and the runtime's
-// registration of the socket goes with the socket (its later
-// EPOLL_CTL_DEL of the number fails, which it ignores). The owner's close
-// of f, later, closes the placeholder. Invariant: f's fd number is not
+// registration of the socket goes with the socket, when the Conn's fd
+// closes (its EPOLL_CTL_DEL of the number, at the owner's close of f,
+// fails, which it ignores; an event the registration still reports
+// before the socket goes carries the pollDesc's old sequence tag, which
+// the runtime drops: netpoll_epoll.go's fdseq). The owner's close of f
+// closes the placeholder. Invariant: f's fd number is not
 // reused while sever may touch it: the owner sets closed under mu before
 // it closes f. Without an eventfd (EMFILE) the socket closes when the
 // owner goes cold: at once if it waits (the kick), when the handler
