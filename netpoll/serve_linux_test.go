@@ -709,6 +709,15 @@ func TestServeHandlerChoices(t *testing.T) {
 			t.Fatal("connection 0 never went idle")
 		}
 		starts := s.Stats().HandlerRuns
+		// Buffers of fixed size on both ends, which turns the kernel's
+		// autotuning off: the push cannot fit (4 MiB once did, with the
+		// machine loaded, and the writer never parked).
+		if err := s0.(*netpoll.Conn).SetWriteBuffer(64 << 10); err != nil {
+			t.Fatal(err)
+		}
+		if err := c0.(*net.TCPConn).SetReadBuffer(64 << 10); err != nil {
+			t.Fatal(err)
+		}
 		push := bytes.Repeat([]byte("push"), 4<<20/4)
 		pushed := make(chan error, 1)
 		go func() {
@@ -716,7 +725,12 @@ func TestServeHandlerChoices(t *testing.T) {
 			pushed <- err
 		}()
 		if !netpoll.AwaitWriteState(s0, "waiting", stop) {
-			t.Fatal("the writer never parked on backpressure")
+			select {
+			case err := <-pushed:
+				t.Fatalf("the writer never parked on backpressure: the push returned %v", err)
+			default:
+			}
+			t.Fatalf("the writer never parked on backpressure: write state %s", netpoll.WriteState(s0))
 		}
 		if st := s.Stats(); st.HandlerRuns != starts || st.Running != 0 || netpoll.ReadState(s0) != "serve" {
 			t.Errorf("stats %+v, read state %s while a writer is parked: want no handler start, none running, serve", st, netpoll.ReadState(s0))
