@@ -165,8 +165,13 @@ func TestCloseLeavesNothing(t *testing.T) {
 				pc.Close()
 			}
 			peer.Close()
-			if n := countFDs(t); n != fds {
-				t.Errorf("open fds = %d after Close, want %d as before New", n, fds)
+			// More than before is a leak of this group's. Fewer is an
+			// earlier test's fd closing meanwhile: a Server's hot
+			// connection closes its dup as its goroutine wakes, after
+			// Server.Close has returned (CI saw 17 where 19 were open
+			// before New).
+			if n := countFDs(t); n > fds {
+				t.Errorf("open fds = %d after Close, want at most %d as before New", n, fds)
 			}
 			awaitGoroutines(t, goroutines)
 		})
