@@ -91,6 +91,7 @@ type hotWait struct {
 	// inside f's RawConn.Read (then f cannot be closed synchronously).
 	keep, returned, inCB bool
 	dl                   int64
+	calls                uint64 // handler calls this wait made; added to the Server's count by goCold
 
 	// seq is odd while the owner waits, or is about to: a kick lands on
 	// the wait. The owner adds to it; kickers and the sweeper load it.
@@ -148,15 +149,14 @@ const (
 // syscalls per request are package net's, a Read that finds data and one
 // that finds none, in another order.
 func (sc *serverConn) serveHot() (keep, returned bool) {
-	h := sc.hot.Load()
+	// Cold here: serveHot returns only cold, and nothing else makes a
+	// connection hot.
 	if !sc.plain() {
-		sc.goCold(h)
 		return true, true
 	}
+	h := sc.goHot()
 	if h == nil {
-		if h = sc.goHot(); h == nil {
-			return true, true
-		}
+		return true, true
 	}
 	// The return that brought it here begins a wait, as a hand-off's
 	// would: the callback's first poll may park it.
@@ -192,10 +192,17 @@ func (sc *serverConn) busy() bool {
 // plain reports whether sc's handler may be called again, or wait, with
 // nothing for a hand-off to act on at once (handOff's first switch).
 func (sc *serverConn) plain() bool {
-	d := sc.desc()
-	dr := &d.rd
+	dr := &sc.desc().rd
 	dr.mu.Lock()
 	defer dr.mu.Unlock()
+	return sc.plainLocked()
+}
+
+// plainLocked is plain with the read direction's mu held (ended is
+// guarded by it).
+func (sc *serverConn) plainLocked() bool {
+	d := sc.desc()
+	dr := &d.rd
 	return !d.closing() && !d.failed() && !dr.expired() && !dr.ended && !sc.s.closed.Load()
 }
 
@@ -215,7 +222,9 @@ func (h *hotWait) serve(fd uintptr) bool {
 	ask := true
 	for {
 		if ask {
-			ev, err := hotPoll(int(fd))
+			// POLLPRI, POLLRDHUP, POLLHUP and POLLERR have the values
+			// of their epoll bits on Linux: stickyEvents reads them.
+			ev, err := pollFD(int(fd), unix.POLLIN|unix.POLLRDHUP|unix.POLLPRI)
 			if ev&readableEvents == 0 && err == nil {
 				return h.park()
 			}
@@ -231,42 +240,26 @@ func (h *hotWait) serve(fd uintptr) bool {
 			dr.drained = false
 			dr.mu.Unlock()
 		}
-		sc.s.stats.hotCalls.Add(1)
+		h.calls++
 		if !sc.callIn(nil, 0) {
 			h.keep = false
 			return true
 		}
-		if !sc.plain() {
-			return true // returned: the hand-off acts on it
-		}
-		sc.startIdle(true)
-		sc.setState(StateIdle)
 		// Drained (a short Read, skipping on, nothing sticky) and no edge
 		// since on our side: anything that comes sets the runtime's flag,
 		// cleared before the call. Otherwise ask the socket.
 		dr.mu.Lock()
+		plain := sc.plainLocked()
 		ask = !(d.skip && dr.drained && d.sticky.Load() == 0 && dr.state.Load() == stEmpty)
 		dr.mu.Unlock()
+		if !plain {
+			return true // returned: the hand-off acts on it
+		}
+		sc.startIdle(true)
+		sc.setState(StateIdle)
 		if !ask {
 			return h.park()
 		}
-	}
-}
-
-// hotPoll asks fd, without waiting, whether a read would not block, and
-// for the conditions of stickyEvents (POLLPRI, POLLRDHUP, POLLHUP and
-// POLLERR have the values of their epoll bits on Linux).
-func hotPoll(fd int) (int16, error) {
-	fds := [1]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLRDHUP | unix.POLLPRI}}
-	for {
-		n, err := unix.Poll(fds[:], 0)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil || n == 0 {
-			return 0, err
-		}
-		return fds[0].Revents, nil
 	}
 }
 
@@ -389,6 +382,7 @@ func (sc *serverConn) goCold(h *hotWait) {
 	h.close()
 	s.hot.remove(h) // after the close: a Server with nothing hot holds no dup
 	s.stats.hotExits.Add(1)
+	s.stats.hotCalls.Add(h.calls) // once per hot period, not per request
 }
 
 // close closes f, telling sever first: f's fd number is free once it is

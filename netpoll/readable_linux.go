@@ -89,15 +89,22 @@ const readableEvents = unix.POLLIN | unix.POLLRDHUP | unix.POLLHUP | unix.POLLER
 
 // pollEvents asks fd, without waiting, which of readableEvents it has.
 func pollEvents(fd int) (int16, error) {
-	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLRDHUP}}
+	ev, err := pollFD(fd, unix.POLLIN|unix.POLLRDHUP)
+	return ev & readableEvents, err
+}
+
+// pollFD asks fd, without waiting, for events, and returns what poll(2)
+// reported: 0 and no error when nothing is ready.
+func pollFD(fd int, events int16) (int16, error) {
+	fds := [1]unix.PollFd{{Fd: int32(fd), Events: events}}
 	for {
-		n, err := unix.Poll(fds, 0)
+		n, err := unix.Poll(fds[:], 0)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil || n == 0 {
 			return 0, err
 		}
-		return fds[0].Revents & readableEvents, nil
+		return fds[0].Revents, nil
 	}
 }
