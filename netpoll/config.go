@@ -188,7 +188,25 @@ type settings struct {
 	// netpoller (dispatch=hot, hot_linux.go): the default with mode=et
 	// and wait=nested.
 	hotDispatch bool
+	// hotRead: a Conn's reads wait on the runtime's netpoller while the
+	// connection stays busy (hotread, hotread_linux.go).
+	hotRead hotReadKind
 }
+
+// hotReadKind is the hotread key: when a connection that is not served
+// (Listen's, Dial's) reads through a dup of its fd on the runtime's
+// netpoller while it stays busy.
+type hotReadKind uint8
+
+const (
+	hotReadOff  hotReadKind = iota
+	hotReadAuto             // while GOMAXPROCS > 1: the default with mode=et, wait=nested and no fixed spin
+	hotReadOn
+)
+
+var hotReadNames = [...]string{hotReadOff: "off", hotReadAuto: "auto", hotReadOn: "on"}
+
+func (k hotReadKind) String() string { return hotReadNames[k] }
 
 // ConfigError reports a bad configuration value: a Config field or a key of
 // the NETPOLL syntax.
@@ -218,10 +236,12 @@ type knobs struct {
 	goCalls     bool // dispatch=go
 	hotCalls    bool // dispatch=hot
 	inlineCalls bool // dispatch=inline, said outright
+	hotRead     hotReadKind
+	hotReadSet  bool // hotread given, other than "default"
 }
 
 // keys lists the NETPOLL keys in the order String writes them.
-var keys = []string{"pollers", "sharing", "mode", "wait", "spin", "busypoll", "shortread", "dispatch"}
+var keys = []string{"pollers", "sharing", "mode", "wait", "spin", "busypoll", "shortread", "dispatch", "hotread"}
 
 func parseKnobs(s string) (knobs, error) {
 	k := knobs{set: map[string]bool{}}
@@ -317,6 +337,15 @@ func (k *knobs) parse(key, v string) error {
 		default:
 			return &ConfigError{key, v, "want hot (the default with mode=et and wait=nested), inline or go"}
 		}
+	case "hotread":
+		if v == "default" {
+			break
+		}
+		i := indexOf(hotReadNames[:], v, nil)
+		if i < 0 {
+			return &ConfigError{key, v, "want auto (the default with mode=et, wait=nested and no fixed spin: on while GOMAXPROCS > 1), on or off"}
+		}
+		k.hotRead, k.hotReadSet = hotReadKind(i), true
 	default:
 		return &ConfigError{"key", key, "known keys are " + strings.Join(keys, ", ")}
 	}
@@ -367,6 +396,8 @@ func (k knobs) experiment() string {
 			v = "hot"
 		case key == "dispatch" && k.inlineCalls:
 			v = "inline"
+		case key == "hotread" && k.hotReadSet:
+			v = k.hotRead.String()
 		default:
 			continue // a Config field: pollers, sharing but wakeall, spin=off
 		}
@@ -403,6 +434,15 @@ func (k knobs) experiment() string {
 //	           inline, a handler runs on the goroutine that polled
 //	           (wait=nested); go, each call that starts after a wait
 //	           starts a goroutine of its own
+//	hotread    auto (the default with mode=et, wait=nested and no fixed
+//	           spin budget), on or off, for connections that are not
+//	           served (Listen's, Dial's TCP): on, a connection whose read
+//	           parks are woken within a sweep (20 ms) of each other reads
+//	           on the runtime's netpoller through a dup of its fd, as
+//	           package net's reads, until it idles through a sweep
+//	           (mode=et, wait=nested only); auto, on while GOMAXPROCS > 1
+//	           (read at each change of state and each sweep), where the
+//	           nested wait's second hop wakes a second thread
 //
 // Every key also takes "default", as if it were not given. The keys with a
 // Config field set that field; the rest are kept, in the order above, in
@@ -516,6 +556,22 @@ func (c Config) settings() (settings, error) {
 		return settings{}, &ConfigError{"spin", "auto", "wait=block never spins adaptively: each spin poll would cost the context switches of the block it saves (leave spin out, or give a fixed budget)"}
 	}
 	s.autoSpin = !spinOff && s.spin == 0 && s.wait != waitBlock
+	nestedET := s.mode == edgeTriggered && s.wait == waitNested
+	switch {
+	case k.hotReadSet && k.hotRead != hotReadOff && !nestedET:
+		// As dispatch=hot: the registration is disarmed while the reads
+		// wait on the runtime, and armed per park for a writer.
+		return settings{}, &ConfigError{"hotread", k.hotRead.String(), "needs mode=et and wait=nested (the defaults): a hot connection's own registration is disarmed while its reads wait on the runtime's netpoller"}
+	case k.hotReadSet:
+		s.hotRead = k.hotRead
+	case nestedET && s.spin == 0:
+		// Measured (issue 35, testdata/issue35/hotread): unpinned, the
+		// nested wait's hop spent 1.6-2.1x package net's CPU per
+		// request; with one P it is a cheap hand-off, and adaptive
+		// spinning wins there (1.3x net's requests per second pinned).
+		// A fixed spin budget asks for the poller's spinning.
+		s.hotRead = hotReadAuto
+	}
 	return s, nil
 }
 

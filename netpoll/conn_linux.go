@@ -49,9 +49,16 @@ func (c *Conn) Read(b []byte) (int, error) {
 	}
 	var n int
 	var err error
-	if d.net == netUnix && d.skip {
+	cold := true
+	if h := d.hotw.Load(); h != nil && h.sc == nil {
+		// Busy: read as package net does (hotread_linux.go).
+		n, err, cold = d.readHot(h, b)
+	}
+	switch {
+	case !cold:
+	case d.net == netUnix && d.skip:
 		n, err = c.readUnix(b)
-	} else {
+	default:
 		n, err = d.transfer(&d.rd, len(b), func() (int, error) { return unix.Read(d.fd, b) })
 	}
 	if err != nil {

@@ -140,12 +140,10 @@ func (d *desc) ready(dr *dir, sr *serveRole) (woke bool) {
 // closing or its read deadline has passed, and otherwise sets the idle
 // timer to the deadline.
 func (d *desc) nudge(dr *dir) {
-	if dr == &d.rd && d.p.hot {
+	if dr == &d.rd {
 		// Its owner may wait on the runtime's netpoller, whatever else
 		// waits in the direction (a Read from outside the handler).
-		if sc := d.srv.Load(); sc != nil {
-			sc.kickHot()
-		}
+		d.kickHot()
 	}
 	if dr.state.CompareAndSwap(stWaiting, stEmpty) {
 		d.send(dr)
@@ -232,6 +230,18 @@ type desc struct {
 	// poller, which has the descriptor from accept on, reads it for each
 	// event under dispatch=hot (desc.hot).
 	srv atomic.Pointer[serverConn]
+
+	// hotw is the wait on the runtime's netpoller of a connection that
+	// stays busy, nil while it has none (hot_linux.go): a Server's under
+	// dispatch=hot, a Conn's reads under hotread. Stored by the owner (a
+	// Server's goroutine running the connection; a Conn's reader, under
+	// rd.mu) with armMu held; loaded by nudge's kick, a park and the
+	// poller.
+	hotw atomic.Pointer[hotWait]
+	// busy is, from serveClock, when a Server's handler last returned to
+	// a hand-off, or when a Conn's last read park was woken; 0 before. The
+	// next within hotTick makes the connection hot. The owner's.
+	busy time.Duration
 
 	// armMu serializes the EPOLL_CTL_MOD calls of a oneShot or
 	// levelTriggered descriptor and the stores to armed; armed may be loaded
@@ -367,6 +377,7 @@ func (d *desc) destroy() {
 	if d.kind != kindShared {
 		unix.Close(d.fd)
 	}
+	d.closeHot()          // a hot Conn's dup: the socket's last fd (hotread_linux.go)
 	close(*d.done.Load()) // made before refClosing was set, and destroy comes after
 }
 
@@ -406,6 +417,8 @@ func (d *desc) awaitReady(dr *dir) (parked bool, err error) {
 		if dr.state.CompareAndSwap(stReady, stEmpty) {
 			if !parked {
 				d.p.st.op(d.fd, cReadyTokens)
+			} else if dr == &d.rd && d.p.hotRead != hotReadOff {
+				d.woken() // busy: it may go hot (hotread_linux.go)
 			}
 			return parked, nil
 		}

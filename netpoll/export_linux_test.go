@@ -36,9 +36,21 @@ func ReadState(c any) string { return stateNames[descOf(c).rd.state.Load()] }
 func WriteState(c any) string { return stateNames[descOf(c).wr.state.Load()] }
 
 // AwaitReadState yields until the read direction of c is in state want or
-// stop is closed, and reports whether it got there.
+// stop is closed, and reports whether it got there. A Read of a hot Conn
+// (hotread) that waits on the runtime's netpoller, or is about to (its
+// wait announced: whatever comes from then on it reads), counts as
+// "waiting": the direction's own state is not used while hot. ReadState
+// tells the poller's park alone.
 func AwaitReadState(c any, want string, stop <-chan struct{}) bool {
-	return awaitState(&descOf(c).rd, want, stop)
+	d := descOf(c)
+	return yieldUntil(stop, func() bool {
+		if want == "waiting" {
+			if h := d.hotw.Load(); h != nil && h.sc == nil && h.seq.Load()&1 == 1 {
+				return true
+			}
+		}
+		return stateNames[d.rd.state.Load()] == want
+	})
 }
 
 // AwaitWriteState is AwaitReadState for the write direction.
@@ -391,4 +403,36 @@ func HotWaiting(s *Server) int {
 		}
 	}
 	return n
+}
+
+// SweepConnsHot runs the sweep of every group's hot Conns (hotread) now,
+// as its timer would: two in a row make every Conn that read nothing
+// through both go cold.
+func SweepConnsHot() { connsHot.sweep() }
+
+// ConnsHot is how many Conns of any group are hot now (hotread).
+func ConnsHot() int {
+	connsHot.mu.Lock()
+	defer connsHot.mu.Unlock()
+	return len(connsHot.list)
+}
+
+// ConnHot reports whether c is hot: its reads go to the runtime's
+// netpoller; waiting, whether a Read of it waits there (or is about to).
+func ConnHot(c *Conn) (hot, waiting bool) {
+	h := c.d.hotw.Load()
+	return h != nil, h != nil && h.seq.Load()&1 == 1
+}
+
+// ForgetProcs makes hotread=auto read GOMAXPROCS again at its next look,
+// for a test that has just changed it.
+func ForgetProcs() { hotProcs.at.Store(0) }
+
+// HotReadSetting is what hotread c resolves to: off, auto or on.
+func HotReadSetting(c Config) string {
+	s, err := c.settings()
+	if err != nil {
+		return err.Error()
+	}
+	return s.hotRead.String()
 }

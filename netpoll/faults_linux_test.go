@@ -482,7 +482,10 @@ func TestFaultAcceptOutOfFDs(t *testing.T) {
 	var cases []tc
 	for _, mode := range modes {
 		for _, wait := range []string{"nested", "block"} {
-			cases = append(cases, tc{fmt.Sprintf("mode=%s/wait=%s", mode, wait), cfgOf(t, "mode="+mode+",wait="+wait)})
+			// hotread=off: a hot connection's dup, which the sweeper
+			// closes when it idles, would free an fd in the window the
+			// test needs none free (TestHotReadOutOfFDs has its own).
+			cases = append(cases, tc{fmt.Sprintf("mode=%s/wait=%s", mode, wait), cfgOf(t, "mode="+mode+",wait="+wait+",hotread=off")})
 		}
 	}
 	cases = append(cases,

@@ -196,10 +196,19 @@ func await(stop <-chan struct{}, cond func() bool) bool {
 // eachNestedWait runs f in a subtest, on a group of its own, for every
 // mode with each of nestedWaits.
 func eachNestedWait(t *testing.T, f func(t *testing.T, g *netpoll.Group)) {
+	eachNestedWaitWith(t, "", f)
+}
+
+// eachNestedWaitWith is eachNestedWait with more settings, such as
+// "hotread=off", in every group.
+func eachNestedWaitWith(t *testing.T, more string, f func(t *testing.T, g *netpoll.Group)) {
+	if more != "" {
+		more = "," + more
+	}
 	for _, mode := range modes {
 		for _, wait := range nestedWaits {
 			t.Run("mode="+mode+"/wait="+wait, func(t *testing.T) {
-				f(t, newGroup(t, cfgOf(t, "mode="+mode+",wait="+wait)))
+				f(t, newGroup(t, cfgOf(t, "mode="+mode+",wait="+wait+more)))
 			})
 		}
 	}

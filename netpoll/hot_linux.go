@@ -2,6 +2,7 @@ package netpoll
 
 import (
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -80,7 +81,8 @@ const hotMaxConns = 4096
 
 // hotWait is the wait of one hot connection.
 type hotWait struct {
-	sc      *serverConn
+	sc      *serverConn // nil: a Conn's reads (hotread_linux.go)
+	d       *desc
 	f       *os.File        // the dup of the connection's fd, in the runtime's netpoller
 	fd      int             // f's fd number, for sever
 	rc      syscall.RawConn // f's
@@ -102,6 +104,15 @@ type hotWait struct {
 	mu      sync.Mutex
 	closed  bool // the owner closed f, whose fd number may be reused: guarded by mu
 	severed bool // sever replaced f's fd: guarded by mu
+
+	// A Conn's (hotread_linux.go): the reader's buffer and result around
+	// the callback, readFn (h.read, bound once), and cold, set by the
+	// sweeper before it kicks: the connection goes cold.
+	b      []byte
+	n      int
+	err    error
+	readFn func(fd uintptr) bool
+	cold   atomic.Bool
 }
 
 // hotSet is a Server's hot connections and their sweeper.
@@ -111,7 +122,8 @@ type hotSet struct {
 	timer   *time.Timer // the sweeper, armed while list is not empty
 	ticking bool
 	max     int           // hotMaxConns or a quarter of the fd limit; 0 until the first add
-	tick    time.Duration // hotTick, read at the first add
+	tick    time.Duration // hotTick, read as the sweeper starts
+	conns   bool          // connsHot: Conns' hot reads (hotread_linux.go), not a Server's
 }
 
 // testHookHot, when set by a test, runs at the windows of a hot wait in
@@ -184,8 +196,9 @@ func (sc *serverConn) serveHot() (keep, returned bool) {
 // by the owner after each return outside a hot wait: it notes the return.
 func (sc *serverConn) busy() bool {
 	now := serveClock()
-	last := sc.returned
-	sc.returned = now
+	d := sc.desc()
+	last := d.busy
+	d.busy = now
 	return last != 0 && now-last < hotTick
 }
 
@@ -309,7 +322,7 @@ func (h *hotWait) hook(at hotPoint) {
 // (counted: /server/hot-refused:conns).
 func (sc *serverConn) goHot() *hotWait {
 	s, d := sc.s, sc.desc()
-	h := &hotWait{sc: sc}
+	h := &hotWait{sc: sc, d: d}
 	if !s.hot.add(h) {
 		s.stats.hotRefused.Add(1)
 		return nil
@@ -337,7 +350,7 @@ func (sc *serverConn) goHot() *hotWait {
 	}
 	h.serveFn = h.serve // made once: a wait allocates nothing
 	d.armMu.Lock()
-	sc.hot.Store(h)
+	d.hotw.Store(h)
 	// A Close that began before the store found no wait to sever: seen
 	// here (it sets closing before it looks for the wait).
 	closing := d.closing()
@@ -345,7 +358,7 @@ func (sc *serverConn) goHot() *hotWait {
 		err = d.p.arm(d) // the parked directions only, EPOLLONESHOT: none while the owner runs
 	}
 	if closing || err != nil {
-		sc.hot.Store(nil)
+		d.hotw.Store(nil)
 		if err != nil {
 			d.p.fail(d, err)
 		}
@@ -371,7 +384,7 @@ func (sc *serverConn) goCold(h *hotWait) {
 	}
 	s, d := sc.s, sc.desc()
 	d.armMu.Lock()
-	sc.hot.Store(nil)
+	d.hotw.Store(nil)
 	if !d.failed() && d.incref() == nil { // closing: the registration goes with the fd
 		if err := d.p.restore(d); err != nil {
 			d.p.fail(d, err) // with the reference: d.fd is not closed, nor its number reused, under fail's DEL
@@ -400,31 +413,26 @@ func (h *hotWait) close() {
 	h.f.Close() // the runtime deletes its registration and closes the dup
 }
 
-// hotWaiting reports whether d is a hot connection's whose owner waits for
-// its next input (or is about to): a Read from another goroutine is one
-// from outside the handler (ErrServed).
+// hotWaiting reports whether d is a hot Server connection's whose owner
+// waits for its next input (or is about to): a Read from another goroutine
+// is one from outside the handler (ErrServed).
 func (d *desc) hotWaiting() bool {
-	if !d.p.hot {
-		return false
-	}
-	sc := d.srv.Load()
-	if sc == nil {
-		return false
-	}
-	h := sc.hot.Load()
-	return h != nil && h.seq.Load()&1 == 1
+	h := d.hotw.Load()
+	return h != nil && h.sc != nil && h.seq.Load()&1 == 1
 }
 
-// kickHot ends sc's hot wait, if it is in one: desc.nudge's part for a
+// kickHot ends d's hot wait, if it is in one: desc.nudge's part for a
 // connection that may be hot (Close, a read deadline set, a failed
-// epoll_ctl), called after the change is stored. Close also severs the
-// dup whatever the owner does, so that the socket is closed when the Conn
-// is, as it is cold, and not when a handler that runs returns.
-func (sc *serverConn) kickHot() {
-	h := sc.hot.Load()
+// epoll_ctl), called after the change is stored. Close also severs a
+// Server connection's dup whatever the owner does, so that the socket is
+// closed when the Conn is, as it is cold, and not when a handler that runs
+// returns. A Conn's reader makes no call of the user's inside the dup's
+// RawConn.Read, so the last reference's destroy closes its dup (hotread_linux.go).
+func (d *desc) kickHot() {
+	h := d.hotw.Load()
 	switch {
 	case h == nil:
-	case sc.desc().closing():
+	case h.sc != nil && d.closing():
 		h.sever()
 		h.kick()
 	case h.seq.Load()&1 == 1:
@@ -472,13 +480,7 @@ func (h *hotWait) kick() { h.f.SetReadDeadline(time.Unix(1, 0)) }
 
 // hot reports whether d is a hot connection's: its registration is armed
 // per park, as oneShot's is.
-func (d *desc) hot() bool {
-	if !d.p.hot {
-		return false
-	}
-	sc := d.srv.Load()
-	return sc != nil && sc.hot.Load() != nil
-}
+func (d *desc) hot() bool { return d.hotw.Load() != nil }
 
 // perPark reports whether d's registration is armed for each park.
 func (d *desc) perPark() bool { return d.mode == oneShot || d.hot() }
@@ -503,7 +505,6 @@ func (hs *hotSet) add(h *hotWait) bool {
 	hs.mu.Lock()
 	defer hs.mu.Unlock()
 	if hs.max == 0 {
-		hs.tick = hotTick
 		hs.max = hotMaxConns
 		var rl unix.Rlimit
 		if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil && rl.Cur/4 < uint64(hs.max) {
@@ -514,9 +515,11 @@ func (hs *hotSet) add(h *hotWait) bool {
 		return false
 	}
 	h.idx = len(hs.list)
+	h.seen = ^uint32(0) // not seq's first value: the first sweep after this finds it changed
 	hs.list = append(hs.list, h)
 	if !hs.ticking {
 		hs.ticking = true
+		hs.tick = hotTick // read at each start: connsHot lives as long as the process
 		if hs.timer == nil {
 			hs.timer = time.AfterFunc(hs.tick, hs.sweep)
 		} else {
@@ -541,19 +544,33 @@ func (hs *hotSet) remove(h *hotWait) {
 
 // sweep kicks every connection that has waited, the same wait, since the
 // last sweep: it goes cold. It runs every hotTick while any is hot.
+//
+// connsHot's sweep also makes cold a Conn that read nothing since the
+// last sweep (hotWait.sweepConn), and every hotread=auto Conn once
+// GOMAXPROCS is 1.
 func (hs *hotSet) sweep() {
+	var idle []*hotWait
+	oneP := hs.conns && runtime.GOMAXPROCS(0) == 1
 	hs.mu.Lock()
-	defer hs.mu.Unlock()
 	for _, h := range hs.list {
 		seq := h.seq.Load()
-		if seq&1 == 1 && seq == h.seen {
+		switch {
+		case hs.conns:
+			if h.sweepConn(seq, oneP) {
+				idle = append(idle, h)
+			}
+		case seq&1 == 1 && seq == h.seen:
 			h.kick()
 		}
 		h.seen = seq
 	}
 	if len(hs.list) == 0 {
 		hs.ticking = false
-		return
+	} else {
+		hs.timer.Reset(hs.tick)
 	}
-	hs.timer.Reset(hs.tick)
+	hs.mu.Unlock()
+	for _, h := range idle {
+		h.coldIdle() // takes hs.mu to leave the set
+	}
 }

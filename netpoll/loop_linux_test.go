@@ -26,7 +26,7 @@ func TestPlainPathHops(t *testing.T) {
 		name string
 		cfg  netpoll.Config
 	}{
-		{"et/nested", netpoll.Config{DisableSpin: true}},
+		{"et/nested", cfgOf(t, "spin=off,hotread=off")}, // hot reads: TestHotReadHops
 		{"oneshot/nested", cfgOf(t, "mode=oneshot,spin=off")},
 		{"lt/nested", cfgOf(t, "mode=lt,spin=off")},
 		{"et/block", cfgOf(t, "wait=block,spin=off")},

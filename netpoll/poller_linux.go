@@ -40,6 +40,7 @@ type poller struct {
 	inline   *inlineWait   // waitInline's role, nil otherwise
 	serve    *serveRole    // waitNested's loop as a role (serverole_linux.go), nil with dispatch=go or hot
 	hot      bool          // dispatch=hot: a Server's connections wait on the runtime's netpoller while busy (hot_linux.go)
+	hotRead  hotReadKind   // hotread: its Conns' reads wait on the runtime's netpoller while busy (hotread_linux.go)
 
 	shortRead bool // the shortread key resolved: its connections skip after short transfers
 
@@ -107,7 +108,7 @@ func (pc *pollerCounters) load(c counter) uint64 {
 
 func newPoller(id int, cfg settings) (_ *poller, err error) {
 	p := &poller{id: id, epfd: -1, evfd: -1, mode: cfg.mode, strategy: cfg.wait, spin: cfg.spin,
-		shortRead: cfg.shortRead, hot: cfg.hotDispatch, stopped: make(chan struct{}), events: make([]unix.EpollEvent, pollBatch)}
+		shortRead: cfg.shortRead, hot: cfg.hotDispatch, hotRead: cfg.hotRead, stopped: make(chan struct{}), events: make([]unix.EpollEvent, pollBatch)}
 	defer func() {
 		if err != nil {
 			p.closeFDs() // p, not the nil result

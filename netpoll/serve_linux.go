@@ -33,15 +33,6 @@ type serverConn struct {
 	// deadline or an IdleTimeout: a connection with neither pays only
 	// this pointer.
 	timer atomic.Pointer[idleTimer]
-
-	// hot is the wait on the runtime's netpoller of a connection that
-	// stays busy, nil while it has none (dispatch=hot, hot_linux.go).
-	// Stored by the owner; loaded by nudge's kick and by a park.
-	hot atomic.Pointer[hotWait]
-	// returned is when its handler last returned to a hand-off, from
-	// serveClock; 0 before. A call that returns within hotTick of it
-	// makes the connection hot (busy); the owner's.
-	returned time.Duration
 }
 
 // idleTimer is the timer of an idle connection (armTimer): its read
@@ -209,7 +200,7 @@ func (sc *serverConn) callIn(sr *serveRole, out uint64) (keep bool) {
 func (sc *serverConn) finish() {
 	sc.c.Close() // severs the dup of a hot connection: its socket closes now
 	if sc.desc() != nil {
-		sc.goCold(sc.hot.Load())
+		sc.goCold(sc.desc().hotw.Load())
 		sc.stopTimer()
 	}
 	sc.setState(StateClosed)

@@ -21,6 +21,7 @@ type pollerStats struct {
 	ReadParks, WriteParks, EAGAIN, ReadyTokens, ShortSkips              uint64
 	LevelDisarms, Accepts, AcceptEAGAIN, AcceptBackoffs                 uint64
 	Rotations, AcceptTurns                                              uint64
+	HotEntries, HotExits, HotRefused                                    uint64
 	Sendfiles, SendfileBytes, Splices, SpliceBytes                      uint64
 	Descriptors, Conns                                                  uint64
 }
@@ -96,6 +97,9 @@ const (
 	cSendfileBytes
 	cSplices
 	cSpliceBytes
+	cHotEntries
+	cHotExits
+	cHotRefused
 
 	numCounters
 )
@@ -138,6 +142,9 @@ func (s *pollerStats) counters() [numCounters]*uint64 {
 		cCtlAdd:         &s.CtlAdd,
 		cCtlDel:         &s.CtlDel,
 		cLevelDisarms:   &s.LevelDisarms,
+		cHotEntries:     &s.HotEntries,
+		cHotExits:       &s.HotExits,
+		cHotRefused:     &s.HotRefused,
 		cAccepts:        &s.Accepts,
 		cAcceptEAGAIN:   &s.AcceptEAGAIN,
 		cAcceptBackoffs: &s.AcceptBackoffs,
@@ -258,6 +265,9 @@ var statTable = func() []stat {
 	counter("/netpoll/serve/workers-started:goroutines", "Goroutines a poller that runs handlers inline started: the watcher, and workers for calls off the inline path (kept idle up to 32).", cWorkersStarted)
 	counter("/netpoll/watch/idle-fires:calls", "wait=inline: watch port fires that found the role no longer out (the poller's goroutine went back to wait).", cWatchIdleFires)
 	counter("/netpoll/level-disarms:operations", "mode=lt: readers disarmed for not reading.", cLevelDisarms)
+	counter("/netpoll/hot/entries:conns", "hotread: times a connection's reads went to the runtime's netpoller, through a dup of its fd, as it became busy.", cHotEntries)
+	counter("/netpoll/hot/exits:conns", "hotread: times a connection's reads came back to the poller (a sweep found it idle, GOMAXPROCS fell to 1 under auto) or it closed hot.", cHotExits)
+	counter("/netpoll/hot/refused:conns", "hotread: times a busy connection stayed on the poller: the process's hot connections at their bound, or the dup or epoll_ctl failed.", cHotRefused)
 	counter("/netpoll/accept/eagain:calls", "accept4 calls that found no connection: a woken acceptor another beat to it.", cAcceptEAGAIN)
 	counter("/netpoll/accept/backoffs:calls", "Accept back-offs while out of descriptors or memory.", cAcceptBackoffs)
 	counter("/netpoll/accept/rotations:calls", "Exclusive listener registrations re-queued for balance.", cRotations)

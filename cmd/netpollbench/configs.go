@@ -27,6 +27,8 @@ var servers = []server{
 	{"lt", "cfg=lt/impl=netpoll/mode=lt/spin=0", "echoserver", []string{"-impl", "netpoll", "-mode", "lt", "-spin", "0"}, nil},
 	{"spin", "cfg=spin/impl=netpoll/mode=et/spin=forever", "echoserver", []string{"-impl", "netpoll", "-spin", "forever"}, nil},
 	{"auto", "cfg=auto/impl=netpoll/mode=et/spin=auto", "echoserver", []string{"-impl", "netpoll", "-spin", "auto"}, nil},
+	// The default with every read on the poller: what hotread buys (issue 35).
+	{"auto-cold", "cfg=auto-cold/impl=netpoll/mode=et/spin=auto/hotread=off", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-hotread", "off"}, nil},
 	{"inline", "cfg=inline/impl=netpoll/mode=et/spin=0/wait=inline", "echoserver", []string{"-impl", "netpoll", "-mode", "et", "-spin", "0", "-wait", "inline"}, nil},
 	{"auto-inline", "cfg=auto-inline/impl=netpoll/mode=et/spin=auto/wait=inline", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-wait", "inline"}, nil},
 	// The default waiting for readability with no buffer (Conn.WaitRead),

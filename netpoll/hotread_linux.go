@@ -1,0 +1,308 @@
+package netpoll
+
+import (
+	"os"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Hot reads (hotread): a busy connection that is not served (Listen's,
+// Dial's) reads on the runtime's netpoller, an idle one on ours.
+//
+// Under the nested wait a parked Read is woken by the poller's goroutine,
+// which the runtime woke: two goroutine hops per wakeup, and the second
+// (a channel send, whose ready calls wakep) wakes a second thread
+// whenever a P is idle. Unpinned that cost 1.6-2.1x package net's CPU per
+// request at one connection (testdata/issue35/hot, auto and et). Package
+// net's reader is readied by the runtime's netpoller itself. So once a
+// connection's read parks are woken within hotTick of each other, its
+// reader makes a dup of the fd, which the runtime registers in its own
+// epoll instance, and from then on each plain Read (Conn.Read of TCP) runs
+// its read(2) inside the dup's RawConn.Read, parking there on EAGAIN:
+// package net's read, syscall for syscall. The connection's own
+// registration is disarmed meanwhile (EPOLLONESHOT with no events), as a
+// hot Server connection's is: a park of a writer or of any other read
+// (WaitRead, a raw Read, ReadFrom's splice) arms it for that park.
+//
+// No skipping after a short read while hot: RawConn.Read clears the
+// runtime's readiness flag as it begins (internal/poll's prepareRead), so
+// the read must be the callback's first act, or data that came between
+// the previous Read and this one would be lost with its edge. That makes
+// the syscalls per request package net's.
+//
+// A connection that stays hot with no read in flight holds its dup for
+// nothing, and one whose reader waits with no input holds it too: the
+// sweeper (connsHot, hotSet.sweep) makes either cold after a whole tick
+// without a read. A waiting reader is kicked (a past deadline on the dup,
+// with h.cold set first) and goes cold itself; a connection with no
+// reader is made cold by the sweeper under rd.mu, which it only tries for.
+// Cold again, its registration is whole (EPOLL_CTL_MOD, which reports what
+// is queued by then) and its dup closed. With hotread=auto the sweeper
+// also makes every hot connection cold once GOMAXPROCS is 1, where the
+// nested wait's hop is a cheap hand-off on one thread and spinning pays.
+//
+// Invariants:
+//   - The reader (rd.mu held) makes the connection hot or cold; the
+//     sweeper does so only holding rd.mu too. So a hot Read never meets a
+//     closed dup, and only one goroutine is ever in the dup's RawConn.Read.
+//   - The hot flag (desc.hotw) changes under armMu, which a park's arm
+//     takes, as for a Server's hot connection.
+//   - No lost kick: Close, a read deadline set and a failed epoll_ctl
+//     (desc.nudge) store their state before they load h.seq, and the
+//     reader makes seq odd before it loads that state; the sweeper sets
+//     h.cold before it loads seq, and the reader loads h.cold after seq is
+//     odd. A kick is a past deadline on the dup, which lasts until the
+//     reader sets its own (h.dl is then unknown, -1, and mirrored again).
+//   - The dup is closed by whoever makes the connection cold, or by the
+//     descriptor's last reference (destroy), after which nothing reads
+//     it. So Close leaves no fd behind, as cold.
+
+// connsHot is the hot set of every group's connections that are not
+// served: hotMaxConns at most (or a quarter of the fd limit), process-wide.
+var connsHot = hotSet{conns: true}
+
+// hotProcs caches runtime.GOMAXPROCS(0), which takes the scheduler's lock,
+// for at most procsTTL: hotread=auto reads it at each busy wake of a cold
+// connection.
+var hotProcs struct {
+	at atomic.Int64 // serveClock when n was read; 0: never
+	n  atomic.Int32
+}
+
+const procsTTL = 20 * time.Millisecond
+
+// procsAbove1 reports whether GOMAXPROCS is above 1, as read within the
+// last procsTTL. now is serveClock's.
+func procsAbove1(now time.Duration) bool {
+	if at := hotProcs.at.Load(); at == 0 || now-time.Duration(at) >= procsTTL {
+		hotProcs.n.Store(int32(runtime.GOMAXPROCS(0)))
+		hotProcs.at.Store(int64(now))
+	}
+	return hotProcs.n.Load() > 1
+}
+
+// hotReads reports whether d's plain Reads may go hot: a TCP connection
+// that is not served, of a poller with hotread on, or auto with
+// GOMAXPROCS > 1 (now: serveClock's).
+func (d *desc) hotReads(now time.Duration) bool {
+	switch {
+	case d.kind != kindConn || d.net == netUnix || d.srv.Load() != nil:
+		return false
+	case d.p.hotRead == hotReadOn:
+		return true
+	}
+	return d.p.hotRead == hotReadAuto && procsAbove1(now)
+}
+
+// woken notes that a read park of d ended with an edge, under rd.mu: a
+// connection whose last two such wakes came within hotTick of each other
+// is busy, and goes hot. It never goes hot on one wake, so a connection
+// that says hello and idles never pays for a dup.
+func (d *desc) woken() {
+	if d.kind != kindConn || d.net == netUnix || d.srv.Load() != nil || d.hotw.Load() != nil {
+		return // a Server's keeps its own busy time (serverConn.busy)
+	}
+	now := serveClock()
+	last := d.busy
+	d.busy = now
+	if last != 0 && now-last < hotTick && d.hotReads(now) {
+		d.goHotRead()
+	}
+}
+
+// goHotRead makes d hot, under rd.mu with a reference held (the Read's): a
+// dup of its fd for the runtime's netpoller, and its own registration
+// disarmed. It leaves d cold when the hot set is full or the dup or the
+// epoll_ctl failed (counted: /netpoll/hot/refused:conns).
+func (d *desc) goHotRead() {
+	p := d.p
+	h := &hotWait{d: d}
+	if !connsHot.add(h) {
+		p.st.inc(cHotRefused)
+		return
+	}
+	nfd, err := unix.FcntlInt(uintptr(d.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		connsHot.remove(h)
+		p.st.inc(cHotRefused) // EMFILE among others: read cold
+		return
+	}
+	h.fd = nfd
+	h.f = os.NewFile(uintptr(nfd), "netpoll-hot") // non-blocking: the runtime registers it
+	if h.rc, err = h.f.SyscallConn(); err != nil {
+		h.f.Close()
+		connsHot.remove(h)
+		p.st.inc(cHotRefused)
+		return
+	}
+	h.readFn = h.read // made once: a Read allocates nothing
+	d.armMu.Lock()
+	d.hotw.Store(h)
+	// A Close that began before the store found no wait to kick, and
+	// needs none: the Read's checkDir sees it. A failed descriptor keeps
+	// what fail left.
+	if !d.failed() {
+		err = p.arm(d) // the parked directions only, EPOLLONESHOT: a writer's, if one waits
+	}
+	if err != nil || d.failed() {
+		d.hotw.Store(nil)
+		if err != nil {
+			p.fail(d, err)
+		}
+	}
+	d.armMu.Unlock()
+	if d.hotw.Load() == nil {
+		h.f.Close()
+		connsHot.remove(h)
+		p.st.inc(cHotRefused)
+		return
+	}
+	p.st.inc(cHotEntries)
+}
+
+// goColdRead makes d cold, under rd.mu with a reference held: its
+// registration whole again, then its dup closed.
+func (d *desc) goColdRead(h *hotWait) {
+	p := d.p
+	d.busy = 0 // two wakes in a row again before it goes hot again
+	d.armMu.Lock()
+	d.hotw.Store(nil)
+	if !d.failed() {
+		if err := p.restore(d); err != nil {
+			p.fail(d, err) // with the reference: d.fd is not closed, nor its number reused, under fail's DEL
+		}
+	}
+	d.armMu.Unlock()
+	h.f.Close() // nobody is in its RawConn.Read: the reader is us, or (the sweeper) holds none
+	connsHot.remove(h)
+	p.st.inc(cHotExits)
+}
+
+// closeHot closes the dup of a hot Conn whose descriptor is being
+// destroyed: its last reference is gone, so no Read is in the dup's
+// RawConn.Read and no sweeper holds rd.mu with a reference.
+func (d *desc) closeHot() {
+	h := d.hotw.Load()
+	if h == nil || h.sc != nil {
+		return // a Server's: its owner closes it (goCold)
+	}
+	d.hotw.Store(nil)
+	h.f.Close()
+	connsHot.remove(h)
+	d.p.st.inc(cHotExits)
+}
+
+// readHot is a plain Read of hot d into b, under rd.mu: b's read(2) runs
+// inside the dup's RawConn.Read, and parks there on EAGAIN. cold: d went
+// cold first (the sweeper, or GOMAXPROCS fell to 1 under auto), and the
+// caller reads cold.
+func (d *desc) readHot(h *hotWait, b []byte) (n int, err error, cold bool) {
+	dr := &d.rd
+	dr.drained = false // no skipping while hot, nor after it for this Read's sake
+	for {
+		if dl := dr.deadline.Load(); dl != h.dl {
+			var t time.Time
+			if dl != 0 {
+				t = time.Unix(0, dl)
+			}
+			if err := h.f.SetReadDeadline(t); err != nil {
+				// Cannot be: only the reader, or destroy after every
+				// reference, closes f. Read cold rather than wait
+				// without the deadline.
+				d.goColdRead(h)
+				return 0, nil, true
+			}
+			h.dl = dl
+		}
+		h.seq.Add(1) // odd: from here a kick lands on the Read
+		if err := d.checkDir(dr); err != nil {
+			h.seq.Add(1)
+			return 0, err, false
+		}
+		if h.cold.Load() {
+			h.seq.Add(1)
+			d.goColdRead(h)
+			return 0, nil, true
+		}
+		if dr.deadline.Load() != h.dl {
+			h.seq.Add(1) // set since the mirror: mirror it again
+			continue
+		}
+		h.b = b
+		rerr := h.rc.Read(h.readFn)
+		h.b = nil
+		h.seq.Add(1)
+		if rerr == nil {
+			return h.n, h.err, false
+		}
+		// A kick or the mirrored deadline: f's deadline is unknown now
+		// (a kicker may set its past one after ours). checkDir reports
+		// the deadline or Close, h.cold the sweep; otherwise the kick was
+		// for a deadline that moved, and the Read waits again.
+		h.dl = -1
+	}
+}
+
+// read is readHot's RawConn.Read callback: one read(2) of the socket,
+// false on EAGAIN (RawConn.Read then parks until the runtime sees it
+// readable, the deadline passes or f is closed).
+func (h *hotWait) read(fd uintptr) bool {
+	d := h.d
+	for {
+		n, err := unix.Read(int(fd), h.b)
+		switch err {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			d.p.st.op(d.fd, cEAGAIN)
+			d.p.st.op(d.fd, cReadParks)
+			return false
+		}
+		h.n, h.err = n, err
+		return true
+	}
+}
+
+// sweepConn is the sweeper's part for a Conn's hot wait h (connsHot):
+// idle since the last sweep (seq unchanged) or, under hotread=auto, with
+// GOMAXPROCS now 1, it goes cold. A reader in the dup's RawConn.Read is
+// kicked and goes cold itself; a connection with no Read in flight is
+// returned, to be made cold by coldIdle, outside the set's lock.
+func (h *hotWait) sweepConn(seq uint32, oneP bool) (idle bool) {
+	if seq == h.seen || (oneP && h.d.p.hotRead == hotReadAuto) {
+		return h.goCold(seq)
+	}
+	return false
+}
+
+// goCold asks h's connection to go cold: h.cold, then a kick if a Read
+// waits, else idle true for coldIdle.
+func (h *hotWait) goCold(seq uint32) (idle bool) {
+	h.cold.Store(true)
+	if seq&1 == 1 {
+		h.kick()
+		return false
+	}
+	return true
+}
+
+// coldIdle makes a hot Conn with no Read in flight cold, from the
+// sweeper: only if it gets rd.mu at once (a Read that holds it reads h.cold)
+// and a reference (else destroy closes the dup).
+func (h *hotWait) coldIdle() {
+	d := h.d
+	dr := &d.rd
+	if !dr.mu.TryLock() {
+		return
+	}
+	if d.incref() == nil {
+		if d.hotw.Load() == h {
+			d.goColdRead(h)
+		}
+		d.decref()
+	}
+	dr.mu.Unlock()
+}
