@@ -417,8 +417,6 @@ func (d *desc) awaitReady(dr *dir) (parked bool, err error) {
 		if dr.state.CompareAndSwap(stReady, stEmpty) {
 			if !parked {
 				d.p.st.op(d.fd, cReadyTokens)
-			} else if dr == &d.rd && d.p.hotRead != hotReadOff {
-				d.woken() // busy: it may go hot (hotread_linux.go)
 			}
 			return parked, nil
 		}
@@ -552,7 +550,8 @@ func (d *desc) transfer(dr *dir, size int, op func() (int, error)) (int, error) 
 		dr.drained = false
 		if d.sticky.Load() == 0 {
 			d.p.st.op(d.fd, cShortSkips)
-			if _, err := d.awaitReady(dr); err != nil {
+			parked, err := d.awaitReady(dr)
+			if err != nil {
 				// awaitReady fails (Close, deadline) without consuming an edge:
 				// one that came stays ready. So the direction is still
 				// known drained: net/http's background read, ended by a
@@ -560,6 +559,7 @@ func (d *desc) transfer(dr *dir, size int, op func() (int, error)) (int, error) 
 				dr.drained = true
 				return 0, err
 			}
+			d.woken(dr, size, parked)
 		}
 	}
 	for {
@@ -584,9 +584,11 @@ func (d *desc) transfer(dr *dir, size int, op func() (int, error)) (int, error) 
 			if err == unix.EAGAIN {
 				d.p.st.op(d.fd, cEAGAIN)
 			}
-			if _, err := d.awaitReady(dr); err != nil {
+			parked, err := d.awaitReady(dr)
+			if err != nil {
 				return 0, err
 			}
+			d.woken(dr, size, parked)
 		default:
 			return n, err
 		}

@@ -97,11 +97,19 @@ func (d *desc) hotReads(now time.Duration) bool {
 	return d.p.hotRead == hotReadAuto && procsAbove1(now)
 }
 
-// woken notes that a read park of d ended with an edge, under rd.mu: a
-// connection whose last two such wakes came within hotTick of each other
-// is busy, and goes hot. It never goes hot on one wake, so a connection
-// that says hello and idles never pays for a dup.
-func (d *desc) woken() {
+// woken notes, after a park of a transfer of size bytes in dr (parked:
+// it parked, rather than finding an edge), that a plain Read's park ended
+// with an edge, under rd.mu: a connection whose last two such wakes came
+// within hotTick of each other is busy, and goes hot. It never goes hot on
+// one wake, so a connection that says hello and idles never pays for a
+// dup. Only a plain Read (size > 0: Conn.Read's transfer) counts: the
+// parks of WaitRead, a raw Read or a splice stay on the poller, hot or
+// not, and would then pay an EPOLL_CTL_MOD each for a hot read that never
+// comes.
+func (d *desc) woken(dr *dir, size int, parked bool) {
+	if !parked || size == 0 || dr != &d.rd || d.p.hotRead == hotReadOff {
+		return
+	}
 	if d.kind != kindConn || d.net == netUnix || d.srv.Load() != nil || d.hotw.Load() != nil {
 		return // a Server's keeps its own busy time (serverConn.busy)
 	}
