@@ -51,7 +51,7 @@ import (
 //     or cold, and it is cold whenever the owner hands it off or finishes
 //     it (serveHot returns cold): the hand-off and its model check are
 //     unchanged.
-//   - The hot flag (serverConn.hot) changes under the descriptor's armMu,
+//   - The hot flag (desc.hotw) changes under the descriptor's armMu,
 //     and a park re-reads it there, so a park's arm never lands on the
 //     whole registration restored by goCold, nor goHot's disarm on a
 //     park's arm.

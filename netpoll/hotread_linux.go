@@ -111,7 +111,7 @@ func (d *desc) woken(dr *dir, size int, parked bool) {
 		return
 	}
 	if d.kind != kindConn || d.net == netUnix || d.srv.Load() != nil || d.hotw.Load() != nil {
-		return // a Server's keeps its own busy time (serverConn.busy)
+		return // a Server's connection: its owner keeps desc.busy (serverConn.busy)
 	}
 	now := serveClock()
 	last := d.busy
