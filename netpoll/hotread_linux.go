@@ -281,16 +281,19 @@ func (h *hotWait) read(fd uintptr) bool {
 // returned, to be made cold by coldIdle, outside the set's lock.
 func (h *hotWait) sweepConn(seq uint32, oneP bool) (idle bool) {
 	if seq == h.seen || (oneP && h.d.p.hotRead == hotReadAuto) {
-		return h.goCold(seq)
+		return h.goCold()
 	}
 	return false
 }
 
 // goCold asks h's connection to go cold: h.cold, then a kick if a Read
-// waits, else idle true for coldIdle.
-func (h *hotWait) goCold(seq uint32) (idle bool) {
+// waits, else idle true for coldIdle. It loads seq again after it stored
+// cold, not the sweep's load from before: a Read announced in between
+// loaded cold before the store, and would wait unkicked (no lost kick:
+// the reader makes seq odd, then loads cold).
+func (h *hotWait) goCold() (idle bool) {
 	h.cold.Store(true)
-	if seq&1 == 1 {
+	if h.seq.Load()&1 == 1 {
 		h.kick()
 		return false
 	}
