@@ -366,12 +366,12 @@ func HotConns(s *Server) int {
 	return len(s.hot.list)
 }
 
-// SetHotTick sets the sweep period of dispatch=hot for the Servers whose
-// first connection goes hot after it.
+// SetHotTick sets the sweep period of dispatch=hot and hotread, and what
+// counts as busy: a sweeper that is not running reads it as it starts.
 func SetHotTick(d time.Duration) (restore func()) {
-	old := hotTick
-	hotTick = d
-	return func() { hotTick = old }
+	old := hotTickNs.Load()
+	hotTickNs.Store(int64(d))
+	return func() { hotTickNs.Store(old) }
 }
 
 // HotPoint names a window of a hot wait for SetHotHook.

@@ -72,7 +72,14 @@ import (
 // tick with no input goes cold, between one and two ticks after its last.
 // A Server's IdleTimeout is therefore late by up to two ticks for a
 // connection that was hot when its wait began.
-var hotTick = 20 * time.Millisecond // a variable for tests (SetHotTick) only
+var hotTickNs atomic.Int64 // 0: 20 ms; set by tests only (SetHotTick), atomic lest a test's store race a connection left by another
+
+func hotTick() time.Duration {
+	if t := hotTickNs.Load(); t != 0 {
+		return time.Duration(t)
+	}
+	return 20 * time.Millisecond
+}
 
 // hotMaxConns bounds a Server's hot connections: each holds a second fd
 // and a goroutine. At most a quarter of the process's fd limit, so that
@@ -199,7 +206,7 @@ func (sc *serverConn) busy() bool {
 	d := sc.desc()
 	last := d.busy
 	d.busy = now
-	return last != 0 && now-last < hotTick
+	return last != 0 && now-last < hotTick()
 }
 
 // plain reports whether sc's handler may be called again, or wait, with
@@ -519,7 +526,7 @@ func (hs *hotSet) add(h *hotWait) bool {
 	hs.list = append(hs.list, h)
 	if !hs.ticking {
 		hs.ticking = true
-		hs.tick = hotTick // read at each start: connsHot lives as long as the process
+		hs.tick = hotTick() // read at each start: connsHot lives as long as the process
 		if hs.timer == nil {
 			hs.timer = time.AfterFunc(hs.tick, hs.sweep)
 		} else {

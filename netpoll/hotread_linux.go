@@ -1,6 +1,7 @@
 package netpoll
 
 import (
+	"errors"
 	"os"
 	"runtime"
 	"sync/atomic"
@@ -116,27 +117,30 @@ func (d *desc) woken(dr *dir, size int, parked bool) {
 	now := serveClock()
 	last := d.busy
 	d.busy = now
-	if last != 0 && now-last < hotTick && d.hotReads(now) {
-		d.goHotRead()
+	if last != 0 && now-last < hotTick() && d.hotReads(now) && !d.goHotRead() {
+		// Refused (the bound, EMFILE): two wakes in a row again before
+		// it tries again, not every wake of its busy period, each taking
+		// the process-wide set's lock (and a failing dup).
+		d.busy = 0
 	}
 }
 
 // goHotRead makes d hot, under rd.mu with a reference held (the Read's): a
 // dup of its fd for the runtime's netpoller, and its own registration
-// disarmed. It leaves d cold when the hot set is full or the dup or the
-// epoll_ctl failed (counted: /netpoll/hot/refused:conns).
-func (d *desc) goHotRead() {
+// disarmed. It reports false, d left cold, when the hot set is full or the
+// dup or the epoll_ctl failed (counted: /netpoll/hot/refused:conns).
+func (d *desc) goHotRead() bool {
 	p := d.p
 	h := &hotWait{d: d}
 	if !connsHot.add(h) {
 		p.st.inc(cHotRefused)
-		return
+		return false
 	}
 	nfd, err := unix.FcntlInt(uintptr(d.fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		connsHot.remove(h)
 		p.st.inc(cHotRefused) // EMFILE among others: read cold
-		return
+		return false
 	}
 	h.fd = nfd
 	h.f = os.NewFile(uintptr(nfd), "netpoll-hot") // non-blocking: the runtime registers it
@@ -144,7 +148,7 @@ func (d *desc) goHotRead() {
 		h.f.Close()
 		connsHot.remove(h)
 		p.st.inc(cHotRefused)
-		return
+		return false
 	}
 	h.readFn = h.read // made once: a Read allocates nothing
 	d.armMu.Lock()
@@ -166,9 +170,10 @@ func (d *desc) goHotRead() {
 		h.f.Close()
 		connsHot.remove(h)
 		p.st.inc(cHotRefused)
-		return
+		return false
 	}
 	p.st.inc(cHotEntries)
+	return true
 }
 
 // goColdRead makes d cold, under rd.mu with a reference held: its
@@ -243,8 +248,17 @@ func (d *desc) readHot(h *hotWait, b []byte) (n int, err error, cold bool) {
 		rerr := h.rc.Read(h.readFn)
 		h.b = nil
 		h.seq.Add(1)
-		if rerr == nil {
+		switch {
+		case rerr == nil:
 			return h.n, h.err, false
+		case !errors.Is(rerr, os.ErrDeadlineExceeded):
+			// The runtime will not wait on the dup: ErrNotPollable after
+			// an event of EPOLLERR alone (a socket's error queue, such
+			// as a TX timestamp, with nothing to read), which it reports
+			// again at once. Retried, the Read would spin; cold, it waits
+			// on the poller as before.
+			d.goColdRead(h)
+			return 0, nil, true
 		}
 		// A kick or the mirrored deadline: f's deadline is unknown now
 		// (a kicker may set its past one after ours). checkDir reports
