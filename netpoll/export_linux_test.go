@@ -436,3 +436,24 @@ func HotReadSetting(c Config) string {
 	}
 	return s.hotRead.String()
 }
+
+// SweepConnStaged is one sweep of connsHot for c's hot wait, cut where a
+// sweeper can be preempted: it loads the wait's sequence word now, as
+// hotSet.sweep does first, and the returned func does the rest of that
+// sweep for c (hotWait.sweepConn with the word it loaded, then coldIdle),
+// as the sweeper would once it runs again. c must be hot.
+func SweepConnStaged(c *Conn) (finish func()) {
+	h := c.d.hotw.Load()
+	connsHot.mu.Lock()
+	seq := h.seq.Load()
+	connsHot.mu.Unlock()
+	return func() {
+		connsHot.mu.Lock()
+		idle := h.sweepConn(seq, false)
+		h.seen = seq
+		connsHot.mu.Unlock()
+		if idle {
+			h.coldIdle()
+		}
+	}
+}

@@ -2,6 +2,7 @@ package netpoll_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/edgepoll/edgepoll/netpoll"
 	"golang.org/x/sys/unix"
@@ -73,5 +74,38 @@ func TestHotReadReviewNonReadParks(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestHotReadReviewSweepLoadsFirst: the sweeper loads a wait's sequence
+// word before it sets cold (hotSet.sweep, then hotWait.goCold), where
+// hotread_linux.go's invariant says it sets cold first. A Read that begins
+// between the two finds cold unset and waits hot, and the sweeper, with
+// the even word it loaded, kicks nobody: the Conn it decided to make cold
+// stays hot, its Read waiting on the dup. The next sweep finds the word
+// changed and leaves it too, so the Read waits hot through a third sweep
+// (an hour each here), where the documented bound is two. With cold
+// stored before the word is (re)loaded, the staged sweep kicks the Read
+// and it goes on waiting cold, on the poller.
+func TestHotReadReviewSweepLoadsFirst(t *testing.T) {
+	_, client, server, expired := hotReadPair(t, "hotread=on")
+	heatRead(t, client, server)
+	netpoll.SweepConnsHot() // the first after going hot: it finds the word changed
+	finish := netpoll.SweepConnStaged(server)
+	res := readAsync(server, 1)
+	awaitHotWait(t, server, expired)
+	finish() // the second sweep without a Read, as the sweeper saw it
+	netpoll.SweepConnsHot()
+	done, stuck := watchdog(t, 10*time.Second)
+	defer done()
+	if !await(stuck, func() bool { return netpoll.ReadState(server) == "waiting" }) {
+		hot, waiting := netpoll.ConnHot(server)
+		t.Errorf("after three sweeps, the last two with no Read finished: hot %v, waiting there %v; want the Read waiting cold", hot, waiting)
+	}
+	if _, err := client.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := awaitResult(t, res, expired, "the Read"); err != nil {
+		t.Fatal(err)
 	}
 }
