@@ -1,6 +1,8 @@
 package netpoll_test
 
 import (
+	"io"
+	"net"
 	"testing"
 	"time"
 
@@ -107,5 +109,90 @@ func TestHotReadReviewSweepLoadsFirst(t *testing.T) {
 	}
 	if err := awaitResult(t, res, expired, "the Read"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestHotReadReviewEventErrSpins: readHot takes every error of the dup's
+// RawConn.Read for a kick and loops. But the runtime also fails a read
+// with ErrNotPollable while the last event its epoll reported for the fd
+// was EPOLLERR alone (netpollcheckerr's eventErr), which prepareRead then
+// returns at once, before the callback, on every try: the hot Read spins,
+// a full CPU, until another event on the dup, and its sequence word moves
+// on each turn, so no sweep ever finds it idle. A socket reports EPOLLERR
+// alone whenever its error queue holds something (here a TX_ACK timestamp,
+// SO_TIMESTAMPING) while it is neither readable nor writable. Cold, the
+// Read wakes on that edge, finds EAGAIN and parks again; package net's
+// Read returns the error. Here the Read must end up parked on the poller
+// (cold) and then read what comes, as under hotread=off.
+func TestHotReadReviewEventErrSpins(t *testing.T) {
+	for _, set := range []string{"hotread=off", "hotread=on"} {
+		t.Run(set, func(t *testing.T) {
+			_, client, server, expired := hotReadPair(t, set)
+			// A receive window the server's writes close at once, behind
+			// a send queue that stays full (unwritable) through what
+			// follows.
+			if err := client.(*net.TCPConn).SetReadBuffer(8 << 10); err != nil {
+				t.Fatal(err)
+			}
+			if err := server.SetWriteBuffer(256 << 10); err != nil {
+				t.Fatal(err)
+			}
+			if set == "hotread=on" {
+				heatRead(t, client, server)
+			}
+			rc, err := server.SyscallConn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// SOF_TIMESTAMPING_TX_ACK | SOF_TIMESTAMPING_SOFTWARE |
+			// SOF_TIMESTAMPING_OPT_TSONLY: a timestamp on the error queue
+			// as the last byte of each send is acknowledged.
+			const tsFlags = 1<<9 | 1<<4 | 1<<11
+			var serr error
+			rc.Control(func(fd uintptr) {
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TIMESTAMPING, tsFlags)
+			})
+			if serr != nil {
+				t.Skipf("SO_TIMESTAMPING: %v", serr)
+			}
+			res := readAsync(server, 1)
+			if !netpoll.AwaitReadState(server, "waiting", expired) {
+				t.Fatal("the Read never waited")
+			}
+			// Fill the send queue until the socket is not writable.
+			chunk := make([]byte, 1024)
+			rc.Control(func(fd uintptr) {
+				for {
+					if _, err := unix.Write(int(fd), chunk); err != nil {
+						if err != unix.EAGAIN {
+							serr = err
+						}
+						return
+					}
+				}
+			})
+			if serr != nil {
+				t.Fatal(serr)
+			}
+			// Open the window by a few segments (64 KiB, loopback's MSS
+			// and a fraction of what is queued): they go, are
+			// acknowledged, and their timestamps queue an error while the
+			// socket has nothing to read and stays unwritable.
+			if _, err := io.ReadFull(client, make([]byte, 64<<10)); err != nil {
+				t.Fatal(err)
+			}
+			done, stuck := watchdog(t, 5*time.Second)
+			defer done()
+			if !await(stuck, func() bool { return netpoll.ReadState(server) == "waiting" }) {
+				hot, waiting := netpoll.ConnHot(server)
+				t.Fatalf("the Read never parked on the poller after EPOLLERR alone (hot %v, waiting hot %v): it spins in readHot", hot, waiting)
+			}
+			if _, err := client.Write([]byte("x")); err != nil {
+				t.Fatal(err)
+			}
+			if err := awaitResult(t, res, expired, "the Read"); err != nil {
+				t.Fatalf("the Read: %v", err)
+			}
+		})
 	}
 }
