@@ -3,7 +3,8 @@
 per cell, per configuration, the geometric mean over rounds of
 figure/net's-figure in the same round, with a 95% t-interval of the mean
 log ratio (netpollbench's own verdict, for the measures it does not show).
-usage: paired.py RUNDIR [metric ...]; metrics: cpu (server-cpu-ns/op),
+usage: paired.py RUNDIR [-base NAME] [metric ...] (NAME: the configuration
+the ratios are over, net by default); metrics: cpu (server-cpu-ns/op),
 rps (1e9/ns/op), sys (syscalls/op), max (max-ns), p99 (p99-ns)."""
 import json, math, re, sys
 from collections import defaultdict
@@ -28,7 +29,10 @@ def metric(f, m):
             'sys': f.get('syscalls/op'), 'max': f.get('max-ns'), 'p99': f.get('p99-ns')}[m]
 
 def main():
-    run, metrics = sys.argv[1], sys.argv[2:] or ['cpu', 'rps']
+    run, args, base = sys.argv[1], sys.argv[2:], 'net'
+    if args[:1] == ['-base']:
+        base, args = args[1], args[2:]
+    metrics = args or ['cpu', 'rps']
     t = json.load(open(run + '/table.json'))
     rounds = defaultdict(dict)  # (cell, round) -> cfg -> fields
     for r in t['Results']:
@@ -37,18 +41,18 @@ def main():
     for ci, cell in enumerate(t['Cells']):
         desc = '%s conns=%s rate=%s unpinned=%s blocked=%s' % (cell['Kind'], cell['Conns'], cell['Rate'], cell['Unpinned'], cell['Blocked'])
         cfgs = [s['Name'] for s in cell['Servers']]
-        if 'net' not in cfgs:
+        if base not in cfgs:
             continue
         print(desc)
         for m in metrics:
             for c in cfgs:
-                if c == 'net':
+                if c == base:
                     continue
                 logs = []
                 for (cc, rd), by in rounds.items():
-                    if cc != ci or c not in by or 'net' not in by or (rd == 0 and cell.get('Warm')):
+                    if cc != ci or c not in by or base not in by or (rd == 0 and cell.get('Warm')):
                         continue  # round 0 of a warmed cell is netpollbench's discarded warm-up
-                    a, b = metric(by[c], m), metric(by['net'], m)
+                    a, b = metric(by[c], m), metric(by[base], m)
                     if a and b:
                         logs.append(math.log(a / b))
                 n = len(logs)
