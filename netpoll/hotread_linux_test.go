@@ -70,6 +70,25 @@ func readAsync(c net.Conn, n int) <-chan error {
 	return res
 }
 
+// awaitColdPark waits until a Read of c parks on the poller, not hot.
+func awaitColdPark(t *testing.T, c *netpoll.Conn, expired <-chan struct{}, what string) {
+	t.Helper()
+	if !await(expired, func() bool { return netpoll.ReadState(c) == "waiting" }) {
+		t.Fatal(what + " never parked cold")
+	}
+}
+
+// feed writes msg to c and waits for res, a Read's result, to be nil.
+func feed(t *testing.T, c net.Conn, msg string, res <-chan error, expired <-chan struct{}, what string) {
+	t.Helper()
+	if _, err := c.Write([]byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+	if err := awaitResult(t, res, expired, what); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
 // awaitHotWait waits until a Read of c waits on the runtime's netpoller.
 func awaitHotWait(t *testing.T, c *netpoll.Conn, expired <-chan struct{}) {
 	t.Helper()
@@ -152,9 +171,7 @@ func TestHotReadGoesCold(t *testing.T) {
 	awaitHotWait(t, server, expired)
 	netpoll.SweepConnsHot()
 	netpoll.SweepConnsHot()
-	if !await(expired, func() bool { return netpoll.ReadState(server) == "waiting" }) {
-		t.Fatal("the kicked Read never parked cold")
-	}
+	awaitColdPark(t, server, expired, "the kicked Read")
 	if hot, _ := netpoll.ConnHot(server); hot || netpoll.ConnsHot() != 0 {
 		t.Fatalf("still hot after two sweeps (%d hot)", netpoll.ConnsHot())
 	}
@@ -162,12 +179,7 @@ func TestHotReadGoesCold(t *testing.T) {
 		t.Errorf("open fds %d after going cold, want %d (the dup closed)", now, fds-1)
 	}
 	before := netpoll.Counters(g).Total
-	if _, err := client.Write([]byte("cold")); err != nil {
-		t.Fatal(err)
-	}
-	if err := awaitResult(t, res, expired, "the cold Read"); err != nil {
-		t.Fatalf("cold Read: %v", err)
-	}
+	feed(t, client, "cold", res, expired, "the cold Read")
 	if d := netpoll.Counters(g).Total; d.Woken-before.Woken != 1 || d.HotExits != 1 {
 		t.Errorf("woken by the poller %d, hot exits %d: want 1 and 1", d.Woken-before.Woken, d.HotExits)
 	}
@@ -195,13 +207,8 @@ func TestHotReadColdIdle(t *testing.T) {
 		t.Errorf("open fds %d after going cold, want %d", now, fds-1)
 	}
 	res := readAsync(server, 2)
-	if !await(expired, func() bool { return netpoll.ReadState(server) == "waiting" }) {
-		t.Fatal("the Read never parked cold")
-	}
-	client.Write([]byte("ok"))
-	if err := awaitResult(t, res, expired, "the Read"); err != nil {
-		t.Fatal(err)
-	}
+	awaitColdPark(t, server, expired, "the Read")
+	feed(t, client, "ok", res, expired, "the cold Read")
 	if d := netpoll.Counters(g).Total; d.HotExits != 1 {
 		t.Errorf("hot exits %d, want 1", d.HotExits)
 	}
@@ -332,13 +339,8 @@ func TestHotReadAuto(t *testing.T) {
 	awaitHotWait(t, server, expired)
 	runtime.GOMAXPROCS(1)
 	netpoll.SweepConnsHot() // one sweep: it is not idle, but GOMAXPROCS is 1
-	if !await(expired, func() bool { return netpoll.ReadState(server) == "waiting" }) {
-		t.Fatal("the kicked Read never parked cold")
-	}
-	client.Write([]byte("a"))
-	if err := awaitResult(t, res, expired, "the Read"); err != nil {
-		t.Fatal(err)
-	}
+	awaitColdPark(t, server, expired, "the kicked Read")
+	feed(t, client, "a", res, expired, "the cold Read")
 	if d := netpoll.Counters(g).Total; d.HotEntries != 1 || d.HotExits != 1 {
 		t.Errorf("hot entries %d, exits %d: want 1 and 1", d.HotEntries, d.HotExits)
 	}
