@@ -226,11 +226,21 @@ func (p *poller) stop() {
 		p.inline.stopWatcher()
 	}
 	<-p.stopped
+	// The watch ports close before E1 does: an arm or disarm still in
+	// flight (its CAS came before stop retired the role word) then does
+	// nothing, where after E1's close its epoll_ctl would name an fd
+	// number the process may have reused.
 	if p.serve != nil {
 		p.serve.shutdown()
+		if p.serve.port != nil {
+			p.serve.port.close()
+		}
 		p.serve.file.Close() // no goroutine enters E1's RawRead once stopped
 	}
 	if p.inline != nil {
+		if p.inline.port != nil {
+			p.inline.port.close()
+		}
 		// Closed only once the loop has returned: the operations that
 		// hold the role share the file's RawConn with the loop
 		// goroutine, so no one of them owns it.

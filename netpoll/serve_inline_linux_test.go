@@ -192,6 +192,16 @@ func TestServeInlineHops(t *testing.T) {
 				}
 			}
 			awaitRest(t, g, s, stop)
+			// A warm-up request that reached the port still armed (the
+			// client is quicker than the holder's come-back) made a
+			// takeover, and the goroutine it displaced becomes the watcher
+			// once its handler returns, which may come after the count
+			// began: a go-out before that finds no watcher and starts one
+			// (CI saw "workers started 1"). The count is of the steady
+			// state: a watcher waits before it begins.
+			if !await(stop, func() bool { return netpoll.ServeRole(g, 0) == "loop+watching" }) {
+				t.Fatalf("no watcher after the warm-up: role %s", netpoll.ServeRole(g, 0))
+			}
 			// The accept loop's next Accept parks once: before the count.
 			if !netpoll.AwaitReadState(l, "waiting", stop) {
 				t.Fatal("the Server's Accept never parked")

@@ -37,6 +37,11 @@ import (
 type watchPort struct {
 	p  *poller
 	fd int      // set once by newWatchPort, never written again
+	// e1 is the poller's epoll fd the port watches, as newWatchPort found
+	// it: arm and disarm name it without reading p.epfd, which the
+	// poller's stop writes (-1) with no lock an arm in flight takes (the
+	// race detector saw the two meet in TestServeInlineHops).
+	e1 int
 	f  *os.File // registers fd with the runtime's netpoller; closing it closes fd
 	rc syscall.RawConn
 	// mu orders close after every arm and disarm in flight: a goroutine
@@ -72,7 +77,7 @@ func newWatchPort(p *poller) (_ *watchPort, err error) {
 	if err := unix.SetNonblock(fd, true); err != nil {
 		return nil, os.NewSyscallError("fcntl", err)
 	}
-	w := &watchPort{p: p, fd: fd, f: os.NewFile(uintptr(fd), "netpoll-watch")}
+	w := &watchPort{p: p, fd: fd, e1: p.epfd, f: os.NewFile(uintptr(fd), "netpoll-watch")}
 	if w.rc, err = w.f.SyscallConn(); err != nil {
 		w.f.Close()
 		return nil, err
@@ -90,8 +95,8 @@ func (w *watchPort) arm() error {
 		return nil
 	}
 	w.p.st.inc(cWatchArms)
-	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLONESHOT, Fd: int32(w.p.epfd)}
-	if err := epollCtl(w.fd, unix.EPOLL_CTL_MOD, w.p.epfd, &ev); err != nil {
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLONESHOT, Fd: int32(w.e1)}
+	if err := epollCtl(w.fd, unix.EPOLL_CTL_MOD, w.e1, &ev); err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
 	return nil
@@ -106,8 +111,8 @@ func (w *watchPort) disarm() error {
 	if w.closed {
 		return nil
 	}
-	ev := unix.EpollEvent{Fd: int32(w.p.epfd)}
-	if err := epollCtl(w.fd, unix.EPOLL_CTL_MOD, w.p.epfd, &ev); err != nil {
+	ev := unix.EpollEvent{Fd: int32(w.e1)}
+	if err := epollCtl(w.fd, unix.EPOLL_CTL_MOD, w.e1, &ev); err != nil {
 		return os.NewSyscallError("epoll_ctl", err)
 	}
 	// Counted once done: a test that waits for as many disarms as arms
