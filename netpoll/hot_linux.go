@@ -341,21 +341,13 @@ func (sc *serverConn) goHot() *hotWait {
 	defer d.decref()
 	// The ref keeps d.fd from being closed, and its number reused, under
 	// the dup and the epoll_ctl.
-	nfd, err := unix.FcntlInt(uintptr(d.fd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
+	if h.open() != nil {
 		s.hot.remove(h)
 		s.stats.hotRefused.Add(1) // EMFILE among others: served cold
 		return nil
 	}
-	h.fd = nfd
-	h.f = os.NewFile(uintptr(nfd), "netpoll-hot") // non-blocking: the runtime registers it
-	if h.rc, err = h.f.SyscallConn(); err != nil {
-		h.f.Close()
-		s.hot.remove(h)
-		s.stats.hotRefused.Add(1)
-		return nil
-	}
 	h.serveFn = h.serve // made once: a wait allocates nothing
+	var err error
 	d.armMu.Lock()
 	d.hotw.Store(h)
 	// A Close that began before the store found no wait to sever: seen
@@ -383,22 +375,48 @@ func (sc *serverConn) goHot() *hotWait {
 	return h
 }
 
+// open makes h's dup of its descriptor's fd, which the runtime registers
+// in its own epoll instance, and its RawConn. The caller holds a reference
+// to h.d, so that d.fd is not closed, nor its number reused, under the dup.
+func (h *hotWait) open() error {
+	nfd, err := unix.FcntlInt(uintptr(h.d.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	h.fd = nfd
+	h.f = os.NewFile(uintptr(nfd), "netpoll-hot") // non-blocking: the runtime registers it
+	if h.rc, err = h.f.SyscallConn(); err != nil {
+		h.f.Close()
+		return err
+	}
+	return nil
+}
+
+// dropHot clears d's hot wait and gives it its edge-triggered registration
+// back (restore), under armMu, unless d has failed or is closing (the
+// registration then goes with the fd). The reference taken for the MOD
+// keeps d.fd from being closed, nor its number reused, under it and under
+// fail's DEL.
+func (d *desc) dropHot() {
+	d.armMu.Lock()
+	d.hotw.Store(nil)
+	if !d.failed() && d.incref() == nil {
+		if err := d.p.restore(d); err != nil {
+			d.p.fail(d, err)
+		}
+		d.decref()
+	}
+	d.armMu.Unlock()
+}
+
 // goCold ends sc's hot period, if h (its wait) is not nil: its own
 // registration whole again, then the dup closed.
 func (sc *serverConn) goCold(h *hotWait) {
 	if h == nil {
 		return
 	}
-	s, d := sc.s, sc.desc()
-	d.armMu.Lock()
-	d.hotw.Store(nil)
-	if !d.failed() && d.incref() == nil { // closing: the registration goes with the fd
-		if err := d.p.restore(d); err != nil {
-			d.p.fail(d, err) // with the reference: d.fd is not closed, nor its number reused, under fail's DEL
-		}
-		d.decref()
-	}
-	d.armMu.Unlock()
+	s := sc.s
+	sc.desc().dropHot()
 	h.close()
 	s.hot.remove(h) // after the close: a Server with nothing hot holds no dup
 	s.stats.hotExits.Add(1)

@@ -85,19 +85,6 @@ func procsAbove1(now time.Duration) bool {
 	return hotProcs.n.Load() > 1
 }
 
-// hotReads reports whether d's plain Reads may go hot: a TCP connection
-// that is not served, of a poller with hotread on, or auto with
-// GOMAXPROCS > 1 (now: serveClock's).
-func (d *desc) hotReads(now time.Duration) bool {
-	switch {
-	case d.kind != kindConn || d.net == netUnix || d.srv.Load() != nil:
-		return false
-	case d.p.hotRead == hotReadOn:
-		return true
-	}
-	return d.p.hotRead == hotReadAuto && procsAbove1(now)
-}
-
 // woken notes, after a park of a transfer of size bytes in dr (parked:
 // it parked, rather than finding an edge), that a plain Read's park ended
 // with an edge, under rd.mu: a connection whose last two such wakes came
@@ -112,12 +99,15 @@ func (d *desc) woken(dr *dir, size int, parked bool) {
 		return
 	}
 	if d.kind != kindConn || d.net == netUnix || d.srv.Load() != nil || d.hotw.Load() != nil {
-		return // a Server's connection: its owner keeps desc.busy (serverConn.busy)
+		return // not a TCP Conn of its own, or hot already (a Server's owner keeps desc.busy: serverConn.busy)
 	}
 	now := serveClock()
 	last := d.busy
 	d.busy = now
-	if last != 0 && now-last < hotTick() && d.hotReads(now) && !d.goHotRead() {
+	switch {
+	case last == 0 || now-last >= hotTick():
+	case d.p.hotRead == hotReadAuto && !procsAbove1(now):
+	case !d.goHotRead():
 		// Refused (the bound, EMFILE): two wakes in a row again before
 		// it tries again, not every wake of its busy period, each taking
 		// the process-wide set's lock (and a failing dup).
@@ -136,21 +126,13 @@ func (d *desc) goHotRead() bool {
 		p.st.inc(cHotRefused)
 		return false
 	}
-	nfd, err := unix.FcntlInt(uintptr(d.fd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
+	if h.open() != nil {
 		connsHot.remove(h)
 		p.st.inc(cHotRefused) // EMFILE among others: read cold
 		return false
 	}
-	h.fd = nfd
-	h.f = os.NewFile(uintptr(nfd), "netpoll-hot") // non-blocking: the runtime registers it
-	if h.rc, err = h.f.SyscallConn(); err != nil {
-		h.f.Close()
-		connsHot.remove(h)
-		p.st.inc(cHotRefused)
-		return false
-	}
 	h.readFn = h.read // made once: a Read allocates nothing
+	var err error
 	d.armMu.Lock()
 	d.hotw.Store(h)
 	// A Close that began before the store found no wait to kick, and
@@ -179,19 +161,11 @@ func (d *desc) goHotRead() bool {
 // goColdRead makes d cold, under rd.mu with a reference held: its
 // registration whole again, then its dup closed.
 func (d *desc) goColdRead(h *hotWait) {
-	p := d.p
 	d.busy = 0 // two wakes in a row again before it goes hot again
-	d.armMu.Lock()
-	d.hotw.Store(nil)
-	if !d.failed() {
-		if err := p.restore(d); err != nil {
-			p.fail(d, err) // with the reference: d.fd is not closed, nor its number reused, under fail's DEL
-		}
-	}
-	d.armMu.Unlock()
+	d.dropHot()
 	h.f.Close() // nobody is in its RawConn.Read: the reader is us, or (the sweeper) holds none
 	connsHot.remove(h)
-	p.st.inc(cHotExits)
+	d.p.st.inc(cHotExits)
 }
 
 // closeHot closes the dup of a hot Conn whose descriptor is being

@@ -36,7 +36,7 @@ import (
 //     their own registration.
 type watchPort struct {
 	p  *poller
-	fd int      // set once by newWatchPort, never written again
+	fd int // set once by newWatchPort, never written again
 	// e1 is the poller's epoll fd the port watches, as newWatchPort found
 	// it: arm and disarm name it without reading p.epfd, which the
 	// poller's stop writes (-1) with no lock an arm in flight takes (the
