@@ -50,7 +50,11 @@ func (c *Conn) Read(b []byte) (int, error) {
 	var n int
 	var err error
 	cold := true
-	if h := d.hotw.Load(); h != nil && h.sc == nil {
+	if h := d.aheadOf(); h != nil {
+		// Input a hot Server wait read for the handler (readahead_linux.go).
+		n, err = h.takeAhead(b)
+		cold = false
+	} else if h := d.hotw.Load(); h != nil && h.sc == nil {
 		// Busy: read as package net does (hotread_linux.go).
 		n, err, cold = d.readHot(h, b)
 	}
@@ -305,7 +309,12 @@ func (c *Conn) SyscallConn() (syscall.RawConn, error) {
 func (c *Conn) File() (*os.File, error) {
 	var f *os.File
 	err := c.control("file", func(fd int) error {
+		// Marked first, then looked: a hot wait announces its read ahead
+		// before it looks at the mark (readahead_linux.go).
 		c.d.exposeRaw()
+		if c.d.aheadOf() != nil {
+			return ErrReadAhead // the file's reads would come behind it
+		}
 		var err error
 		f, err = dupFile(fd, c.network()+":"+addrString(c.LocalAddr())+"->"+addrString(c.RemoteAddr()))
 		return err
@@ -377,6 +386,9 @@ func (rc rawConn) rawIO(dr *dir, f func(fd uintptr) bool) error {
 		return err
 	}
 	defer d.end(dr)
+	if dr == &d.rd && d.aheadOf() != nil {
+		return ErrReadAhead // f would read behind it
+	}
 	d.exposeRaw()
 	_, err := d.transfer(dr, 0, func() (int, error) {
 		if iw := d.p.inline; iw != nil {

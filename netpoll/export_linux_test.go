@@ -457,3 +457,18 @@ func SweepConnStaged(c *Conn) (finish func()) {
 		}
 	}
 }
+
+// ReadAhead reports how many bytes of input a hot wait read ahead for c's
+// handler that no Read has taken yet, and whether it holds an error
+// instead (readahead_linux.go).
+func ReadAhead(c net.Conn) (n int, err bool) {
+	h := c.(*Conn).d.hotw.Load()
+	if h == nil {
+		return 0, false
+	}
+	a := h.ahead.Load()
+	if a == nil {
+		return 0, false
+	}
+	return a.hi - a.lo, a.err != nil
+}

@@ -101,6 +101,12 @@ type hotWait struct {
 	keep, returned, inCB bool
 	dl                   int64
 	calls                uint64 // handler calls this wait made; added to the Server's count by goCold
+	aheads               uint64 // reads ahead that found something (readahead_linux.go); likewise
+
+	// ahead is input the owner read for the handler, not yet taken by a
+	// Read; nil while none (readahead_linux.go). Stored with the read
+	// direction's mu held; File loads it without.
+	ahead atomic.Pointer[readAhead]
 
 	// seq is odd while the owner waits, or is about to: a kick lands on
 	// the wait. The owner adds to it; kickers and the sweeper load it.
@@ -230,7 +236,9 @@ func (sc *serverConn) plainLocked() bool {
 // the socket has input and returns false to park (a wait) when it has
 // none, or true with h.keep and h.returned set to go cold. Entered first
 // after the handler's return, and then after each wait: either way what
-// the flag said may be stale, so it asks the socket first.
+// the flag said may be stale, so it asks the socket first: with a read(2)
+// into a pooled buffer where it may (readahead_linux.go), which the
+// handler's Read then takes, or with a poll(2).
 func (h *hotWait) serve(fd uintptr) bool {
 	sc := h.sc
 	d := sc.desc()
@@ -241,7 +249,22 @@ func (h *hotWait) serve(fd uintptr) bool {
 	}
 	ask := true
 	for {
-		if ask {
+		dr.mu.Lock()
+		ahead := h.ahead.Load() != nil
+		if !ahead && ask {
+			read, found := h.readAhead(d, int(fd))
+			if read && !found {
+				dr.mu.Unlock()
+				return h.park()
+			}
+			if read {
+				ask = false
+				h.aheads++
+			}
+		}
+		dr.drained = false // the handler's Read makes its syscall, or takes what was read ahead
+		dr.mu.Unlock()
+		if ask && !ahead {
 			// POLLPRI, POLLRDHUP, POLLHUP and POLLERR have the values
 			// of their epoll bits on Linux: stickyEvents reads them.
 			ev, err := pollFD(int(fd), unix.POLLIN|unix.POLLRDHUP|unix.POLLPRI)
@@ -254,11 +277,6 @@ func (h *hotWait) serve(fd uintptr) bool {
 			// input: stickyEvents): this poll does, before the handler's
 			// Read can find the socket drained and the skip trust it.
 			d.stick(uint32(ev))
-			// Input, EOF or an error: the handler's Read makes its
-			// syscall, and reports it.
-			dr.mu.Lock()
-			dr.drained = false
-			dr.mu.Unlock()
 		}
 		h.calls++
 		if !sc.callIn(nil, 0) {
@@ -267,10 +285,12 @@ func (h *hotWait) serve(fd uintptr) bool {
 		}
 		// Drained (a short Read, skipping on, nothing sticky) and no edge
 		// since on our side: anything that comes sets the runtime's flag,
-		// cleared before the call. Otherwise ask the socket.
+		// cleared before the call. Otherwise ask the socket. A connection
+		// that reads ahead always asks (its read(2) is the one package net
+		// makes before it parks), unless input read ahead is left.
 		dr.mu.Lock()
 		plain := sc.plainLocked()
-		ask = !(d.skip && dr.drained && d.sticky.Load() == 0 && dr.state.Load() == stEmpty)
+		ask = !(d.skip && dr.drained && d.sticky.Load() == 0 && dr.state.Load() == stEmpty) || d.mayReadAhead()
 		dr.mu.Unlock()
 		if !plain {
 			return true // returned: the hand-off acts on it
@@ -416,11 +436,21 @@ func (sc *serverConn) goCold(h *hotWait) {
 		return
 	}
 	s := sc.s
-	sc.desc().dropHot()
+	d := sc.desc()
+	d.dropHot()
+	// Input read ahead is left only when the connection is closing: a
+	// call left it closing or its read deadline past, which a hand-off
+	// closes on (readahead_linux.go). Only the owner stores it.
+	if h.ahead.Load() != nil {
+		d.rd.mu.Lock()
+		h.dropAhead()
+		d.rd.mu.Unlock()
+	}
 	h.close()
 	s.hot.remove(h) // after the close: a Server with nothing hot holds no dup
 	s.stats.hotExits.Add(1)
 	s.stats.hotCalls.Add(h.calls) // once per hot period, not per request
+	s.stats.readAheads.Add(h.aheads)
 }
 
 // close closes f, telling sever first: f's fd number is free once it is

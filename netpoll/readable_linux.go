@@ -30,6 +30,9 @@ func (c *Conn) WaitRead() error {
 		return c.opError("read", err)
 	}
 	defer d.end(dr)
+	if d.aheadOf() != nil {
+		return nil // input read ahead for the handler (readahead_linux.go)
+	}
 	// The last Read found the socket drained (short, with skipping on and
 	// nothing sticky): whatever came since came with an edge, so the
 	// socket need not be asked (desc's "Short reads"). The Read after this

@@ -198,7 +198,7 @@ func (sc *serverConn) callIn(sr *serveRole, out uint64) (keep bool) {
 // finish closes sc's connection, reports StateClosed (once: only the
 // owner finishes, and it owns sc for good from here) and forgets it.
 func (sc *serverConn) finish() {
-	sc.c.Close() // severs the dup of a hot connection: its socket closes now
+	sc.c.Close() // severs the dup of a hot connection: its socket closes now, and input read ahead goes with it
 	if sc.desc() != nil {
 		sc.goCold(sc.desc().hotw.Load())
 		sc.stopTimer()

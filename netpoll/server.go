@@ -165,8 +165,9 @@ type serverCounters struct {
 	inlineCalls, workerCalls, demotions, promotions, spread atomic.Uint64
 	// dispatch=hot (hot_linux.go): connections made hot, made cold, and
 	// refused (the bound, or a failed dup or epoll_ctl); calls a hot
-	// wait made.
-	hotEntries, hotExits, hotRefused, hotCalls atomic.Uint64
+	// wait made, and the reads ahead among them that found input
+	// (readahead_linux.go).
+	hotEntries, hotExits, hotRefused, hotCalls, readAheads atomic.Uint64
 }
 
 // Stats returns the counters a user watches.

@@ -87,8 +87,12 @@ func (c *Conn) readFrom(orig io.Reader) (int64, error) {
 // ReadFrom would not splice from a reader it does not know); to any other
 // writer it copies.
 func (c *Conn) WriteTo(w io.Writer) (int64, error) {
+	// Input a hot Server wait read ahead comes first (readahead_linux.go).
+	ahead, err := c.flushAhead(w)
+	if err != nil {
+		return ahead, c.opError("writeto", err)
+	}
 	var n int64
-	var err error
 	handled := false
 	if dst, ok := spliceDest(w); ok {
 		n, err, handled = splice(c.side(&c.d.rd), dst, -1, c.d.p)
@@ -96,6 +100,7 @@ func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 	if !handled {
 		n, err = io.Copy(w, readerOnly{c})
 	}
+	n += ahead
 	if err != nil && err != io.EOF {
 		err = c.opError("writeto", err)
 	}

@@ -1,0 +1,181 @@
+package netpoll
+
+import (
+	"errors"
+	"io"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Read-ahead: a hot Server connection's goroutine reads the next input
+// itself, into a pooled buffer, and its handler's Read takes it from there.
+//
+// A hot connection's goroutine must learn whether input is queued before
+// it calls the handler or parks (hotWait.serve). A poll(2) answers without
+// reading, and the handler's Read then makes the read(2): two syscalls
+// where package net's reader makes one when the next request is already
+// queued as the last response goes out, which is most requests on a
+// server with an idle CPU (issue 35: the Server spent 1.10-1.14x net's
+// syscalls there). The read(2) answers the question and reads the input
+// in one syscall, as net's does: EAGAIN parks, input calls the handler,
+// and the handler's next Read is a copy. The buffer is pooled and held
+// only from that read to the Read that takes its last byte, so an idle
+// connection still holds none.
+//
+// The hot wait then never skips a read after a short one: while hot the
+// connection's own registration is disarmed, so nothing would tell it of
+// urgent data behind the mark a short read stopped at (desc's "Short
+// reads"); the read(2) before each park is the one package net makes.
+//
+// What is read ahead must come before anything read from the socket
+// later, so every way of reading it takes the buffer first: Read,
+// WriteTo and WaitRead do; a RawConn's Read and File, which would read the
+// socket behind the buffer's back, fail with ErrReadAhead while input is
+// read ahead. A connection whose fd user code has had (a RawConn's Control
+// or Read, File: stickyRaw) never reads ahead again, and neither does a
+// unix socket, whose reads carry control messages a read(2) would drop
+// (readUnix), nor a group with short-read skipping off, which does not
+// track who had the fd.
+//
+// Invariants:
+//   - hotWait.ahead is stored with the read direction's mu held: the
+//     owner sets it, any Read takes from it, and goCold drops it, each
+//     holding the lock. File, which must not wait for a parked Read,
+//     loads it without (readAhead says why that is enough).
+//   - Input is read ahead only while ahead is nil, so nothing is ever
+//     read behind bytes not yet taken.
+//   - The hot wait calls the handler again, with no syscall, while input
+//     read ahead is left; it leaves the wait with some left only when the
+//     connection is to close (a call returned an error or closed it, the
+//     read deadline it left is past, the connection failed, the Server
+//     shut down: the hand-off closes on each), so a connection never
+//     idles with input read ahead; goCold drops what is left.
+
+// readAheadSize is the pooled buffer's size: a read(2) of up to this many
+// bytes per wakeup, as a bufio.Reader's default and then some. A handler
+// whose Read is larger gets a short Read, as from a socket.
+const readAheadSize = 16 << 10
+
+// readAhead is input read ahead for a handler: buf[lo:hi] not yet taken,
+// or err, an error the read(2) consumed (a reset: the socket would report
+// EOF after it), for the handler's next Read.
+type readAhead struct {
+	buf    [readAheadSize]byte
+	lo, hi int
+	err    error
+}
+
+var readAheads = sync.Pool{New: func() any { return new(readAhead) }}
+
+// ErrReadAhead is what a RawConn's Read and File return, wrapped in a
+// *net.OpError, on a connection served on demand whose goroutine has read
+// input ahead for its handler that no Read has taken yet: reading the
+// socket then would take later bytes first. Read (or WriteTo) first; once
+// user code has the fd, the connection reads nothing ahead again.
+var ErrReadAhead = errors.New("netpoll: input read ahead for the handler is pending; Read it first")
+
+// mayReadAhead reports whether d, a hot Server connection's, may read its
+// input ahead: a TCP socket whose fd no user code has had.
+func (d *desc) mayReadAhead() bool {
+	return d.skip && d.net != netUnix && d.sticky.Load()&stickyRaw == 0
+}
+
+// readAhead reads fd's next input ahead into a pooled buffer, for the
+// owner of a hot connection with none read ahead (hotWait.serve), with the
+// read direction's mu held. read false: it may not (mayReadAhead), the
+// owner asks the socket otherwise. found false: EAGAIN, nothing to read,
+// the wait parks. On EOF it keeps nothing (the handler's Read finds EOF
+// again); an error it keeps for the handler's Read.
+//
+// The buffer is announced in h.ahead before the look at the mark that
+// user code has the fd (stickyRaw), and File marks before it looks at
+// h.ahead: either File sees the buffer and fails, or the owner sees the
+// mark and reads nothing. Read and a RawConn's Read hold the mu, and never
+// see the buffer empty.
+func (h *hotWait) readAhead(d *desc, fd int) (read, found bool) {
+	if !d.mayReadAhead() {
+		return false, false
+	}
+	a := readAheads.Get().(*readAhead)
+	h.ahead.Store(a)
+	if !d.mayReadAhead() {
+		h.dropAhead()
+		return false, false
+	}
+	for {
+		n, err := unix.Read(fd, a.buf[:])
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			h.dropAhead()
+			return true, false
+		case err != nil:
+			a.err = err
+		case n > 0:
+			a.lo, a.hi = 0, n
+		default:
+			h.dropAhead()
+		}
+		return true, true
+	}
+}
+
+// takeAhead is Read's part for a connection with input read ahead, with
+// the read direction's mu held: a copy, or the error kept.
+func (h *hotWait) takeAhead(b []byte) (int, error) {
+	a := h.ahead.Load()
+	if a.err != nil {
+		err := a.err
+		h.dropAhead()
+		return 0, err
+	}
+	n := copy(b, a.buf[a.lo:a.hi])
+	if a.lo += n; a.lo == a.hi {
+		h.dropAhead()
+	}
+	return n, nil
+}
+
+// dropAhead gives sc's buffer back to the pool, with the read direction's
+// mu held.
+func (h *hotWait) dropAhead() {
+	if a := h.ahead.Swap(nil); a != nil {
+		a.lo, a.hi, a.err = 0, 0, nil
+		readAheads.Put(a)
+	}
+}
+
+// aheadOf returns d's Server connection if it has input read ahead, with
+// the read direction's mu held; nil otherwise (any connection not served,
+// or served with nothing ahead).
+func (d *desc) aheadOf() *hotWait {
+	if h := d.hotw.Load(); h != nil && h.ahead.Load() != nil {
+		return h
+	}
+	return nil
+}
+
+// flushAhead writes the input read ahead on c, if any, to w: WriteTo's
+// first step, so that a splice from the socket comes after it.
+func (c *Conn) flushAhead(w io.Writer) (int64, error) {
+	d := c.d
+	if err := d.begin(&d.rd); err != nil {
+		return 0, nil // WriteTo's own read reports it
+	}
+	h := d.aheadOf()
+	if h == nil || h.ahead.Load().err != nil {
+		d.end(&d.rd)
+		return 0, nil // an error kept: WriteTo's Read reports it
+	}
+	a := h.ahead.Swap(nil)
+	d.end(&d.rd)
+	n, err := w.Write(a.buf[a.lo:a.hi])
+	if err == nil && n < a.hi-a.lo {
+		err = io.ErrShortWrite
+	}
+	a.lo, a.hi = 0, 0
+	readAheads.Put(a)
+	return int64(n), err
+}

@@ -1,0 +1,290 @@
+package netpoll_test
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/edgepoll/edgepoll/netpoll"
+)
+
+// aheadStats reads the Server's hot calls and reads ahead, both counted
+// when a connection goes cold.
+func aheadStats(t *testing.T, s *netpoll.Server) (calls, aheads uint64) {
+	t.Helper()
+	samples := []netpoll.Sample{{Name: "/server/hot-calls:calls"}, {Name: "/server/hot-reads-ahead:calls"}}
+	if err := s.ReadStats(samples); err != nil {
+		t.Fatalf("Server.ReadStats: %v", err)
+	}
+	return samples[0].Value, samples[1].Value
+}
+
+// heatAhead echoes on c until s has it hot and waiting, its input read ahead
+// from then on.
+func heatAhead(t *testing.T, s *netpoll.Server, c net.Conn, stop <-chan struct{}) {
+	t.Helper()
+	msg, got := []byte("heat"), make([]byte, 4)
+	for netpoll.HotConns(s) != 1 {
+		if err := echo1(c, msg, got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !await(stop, func() bool { return netpoll.HotWaiting(s) == 1 }) {
+		t.Fatal("the hot connection never waited")
+	}
+}
+
+// TestServeReadAheadHops: every call of a hot connection's handler comes
+// from a read(2) of its goroutine's (the read ahead, which its Read takes
+// with no syscall), none from a poll(2): as many reads ahead as hot calls.
+func TestServeReadAheadHops(t *testing.T) {
+	_, s, c, stop := hotFixture(t, echoHandler)
+	heatAhead(t, s, c, stop)
+	msg, got := []byte("ahead"), make([]byte, 5)
+	const n = 500
+	for range n {
+		if err := echo1(c, msg, got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	goCold(t, s, stop)
+	calls, aheads := aheadStats(t, s)
+	t.Logf("hot calls %d, reads ahead %d", calls, aheads)
+	if calls < n || aheads != calls {
+		t.Errorf("hot calls %d, reads ahead %d: want at least %d calls, each after a read ahead", calls, aheads, n)
+	}
+}
+
+// TestServeReadAheadSmallReads: a handler that reads 7 bytes a call gets a
+// 1,000-byte message whole and in order, the rest of each read ahead
+// taken by the calls after, with no read(2) of their own.
+func TestServeReadAheadSmallReads(t *testing.T) {
+	h := netpoll.HandlerFunc(func(c net.Conn) error {
+		var b [7]byte
+		n, err := c.Read(b[:])
+		if err != nil {
+			return err
+		}
+		_, err = c.Write(b[:n])
+		return err
+	})
+	_, s, c, stop := hotFixture(t, h)
+	heatAhead(t, s, c, stop)
+	calls0, aheads0 := aheadStats(t, s)
+	msg := bytes.Repeat([]byte("0123456789abcdefghijklmnopqrstuvwxyz"), 28)[:1000]
+	got := make([]byte, len(msg))
+	if err := echo1(c, msg, got); err != nil {
+		t.Fatal(err)
+	}
+	goCold(t, s, stop)
+	calls, aheads := aheadStats(t, s)
+	calls, aheads = calls-calls0, aheads-aheads0
+	t.Logf("hot calls %d, reads ahead %d", calls, aheads)
+	// 143 calls of 7 bytes at least; the heat's echoes count too.
+	if calls < 143 || aheads*7 > calls {
+		t.Errorf("hot calls %d, reads ahead %d: want at least 143 calls, most taking what a read ahead left", calls, aheads)
+	}
+}
+
+// TestServeReadAheadRaw: while input read ahead is pending, a RawConn's
+// Read and File fail with ErrReadAhead (they would read behind it) and
+// call nothing, WaitRead returns at once, and Read takes the rest in
+// order. Once File has the fd, the connection reads nothing ahead again:
+// its calls come from a poll(2).
+func TestServeReadAheadRaw(t *testing.T) {
+	type result struct {
+		pending            int
+		wait, raw, file    error
+		called, fileNil    bool
+		rest               string
+		fileAfter, restErr error
+	}
+	results := make(chan result, 1)
+	h := netpoll.HandlerFunc(func(c net.Conn) error {
+		var b [64]byte
+		n, err := c.Read(b[:1])
+		if err != nil {
+			return err
+		}
+		if b[0] != 'R' {
+			m, err := c.Read(b[1:])
+			if err != nil {
+				return err
+			}
+			_, err = c.Write(b[:n+m])
+			return err
+		}
+		var r result
+		r.pending, _ = netpoll.ReadAhead(c)
+		r.wait = c.(*netpoll.Conn).WaitRead()
+		rc, _ := c.(syscall.Conn).SyscallConn()
+		r.raw = rc.Read(func(uintptr) bool { r.called = true; return true })
+		f, err := c.(*netpoll.Conn).File()
+		r.file, r.fileNil = err, f == nil
+		n, r.restErr = c.Read(b[:])
+		r.rest = string(b[:n])
+		if f, err := c.(*netpoll.Conn).File(); err == nil {
+			f.Close()
+		} else {
+			r.fileAfter = err
+		}
+		results <- r
+		_, err = c.Write([]byte("ok"))
+		return err
+	})
+	_, s, c, stop := hotFixture(t, h)
+	heatAhead(t, s, c, stop)
+	if _, err := c.Write([]byte("Rread ahead")); err != nil {
+		t.Fatal(err)
+	}
+	r := <-results
+	if r.pending != len("read ahead") {
+		t.Errorf("read ahead %d bytes when the handler had read one, want %d", r.pending, len("read ahead"))
+	}
+	if r.wait != nil {
+		t.Errorf("WaitRead: %v, want nil at once", r.wait)
+	}
+	if !errors.Is(r.raw, netpoll.ErrReadAhead) || r.called {
+		t.Errorf("RawConn.Read: %v (callback called: %v), want ErrReadAhead and no call", r.raw, r.called)
+	}
+	var oe *net.OpError
+	if !errors.Is(r.file, netpoll.ErrReadAhead) || !errors.As(r.file, &oe) || !r.fileNil {
+		t.Errorf("File: %v (nil file: %v), want a *net.OpError wrapping ErrReadAhead and no file", r.file, r.fileNil)
+	}
+	if r.rest != "read ahead" || r.restErr != nil {
+		t.Errorf("Read after: %q, %v; want %q", r.rest, r.restErr, "read ahead")
+	}
+	if r.fileAfter != nil {
+		t.Errorf("File once the input was taken: %v", r.fileAfter)
+	}
+	got := make([]byte, 2)
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != "ok" {
+		t.Fatalf("reply %q, %v", got, err)
+	}
+	calls0, aheads0 := aheadStats(t, s)
+	msg, echoed := []byte("xpoll"), make([]byte, 5)
+	for range 20 {
+		if err := echo1(c, msg, echoed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	goCold(t, s, stop)
+	calls, aheads := aheadStats(t, s)
+	calls, aheads = calls-calls0, aheads-aheads0
+	// The hot period's calls before File's had their reads ahead; the 20
+	// after it none.
+	if calls < 20 || calls-aheads < 20 {
+		t.Errorf("hot calls %d, reads ahead %d since the raw calls: want at least 20 calls with no read ahead", calls, aheads)
+	}
+}
+
+// TestServeReadAheadWriteTo: WriteTo sends what was read ahead before
+// what it splices from the socket.
+func TestServeReadAheadWriteTo(t *testing.T) {
+	sinkL, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sinkL.Close()
+	sunk := make(chan string, 1)
+	go func() {
+		sc, err := sinkL.Accept()
+		if err != nil {
+			sunk <- err.Error()
+			return
+		}
+		defer sc.Close()
+		b, err := io.ReadAll(sc)
+		if err != nil {
+			sunk <- err.Error()
+			return
+		}
+		sunk <- string(b)
+	}()
+	copied := make(chan error, 1)
+	h := netpoll.HandlerFunc(func(c net.Conn) error {
+		var b [64]byte
+		n, err := c.Read(b[:1])
+		if err != nil {
+			return err
+		}
+		if b[0] != 'W' {
+			m, err := c.Read(b[1:])
+			if err != nil {
+				return err
+			}
+			_, err = c.Write(b[:n+m])
+			return err
+		}
+		sink, err := net.Dial("tcp", sinkL.Addr().String())
+		if err != nil {
+			copied <- err
+			return err
+		}
+		_, err = c.(io.WriterTo).WriteTo(sink)
+		sink.Close()
+		copied <- err
+		return io.EOF
+	})
+	_, s, c, stop := hotFixture(t, h)
+	heatAhead(t, s, c, stop)
+	if _, err := c.Write([]byte("Wfirst;")); err != nil {
+		t.Fatal(err)
+	}
+	want := "first;" + strings.Repeat("then spliced;", 1000)
+	if _, err := c.Write([]byte(want[len("first;"):])); err != nil {
+		t.Fatal(err)
+	}
+	c.(*net.TCPConn).CloseWrite()
+	if err := <-copied; err != nil {
+		t.Fatalf("WriteTo: %v", err)
+	}
+	if got := <-sunk; got != want {
+		t.Errorf("the sink got %d bytes (%.40q...), want %d in order", len(got), got, len(want))
+	}
+}
+
+// TestServeReadAheadReset: a reset that a read ahead consumed (a second
+// read would find EOF) reaches the handler's Read as package net reports
+// it: a *net.OpError "read" wrapping *os.SyscallError "read" ECONNRESET.
+func TestServeReadAheadReset(t *testing.T) {
+	errs := make(chan error, 1)
+	h := netpoll.HandlerFunc(func(c net.Conn) error {
+		var b [64]byte
+		n, err := c.Read(b[:])
+		if err != nil {
+			errs <- err
+			return err
+		}
+		_, err = c.Write(b[:n])
+		return err
+	})
+	_, s, c, stop := hotFixture(t, h)
+	heatAhead(t, s, c, stop)
+	if err := c.(*net.TCPConn).SetLinger(0); err != nil {
+		t.Fatal(err)
+	}
+	c.Close() // a reset, with nothing unread
+	var err error
+	select {
+	case err = <-errs:
+	case <-stop:
+		t.Fatal("the handler never read the reset")
+	}
+	var oe *net.OpError
+	var se *os.SyscallError
+	if !errors.Is(err, syscall.ECONNRESET) || !errors.As(err, &oe) || oe.Op != "read" || !errors.As(err, &se) || se.Syscall != "read" {
+		t.Errorf("Read after a reset: %v (%T), want a *net.OpError read wrapping *os.SyscallError read ECONNRESET", err, err)
+	}
+	if !await(stop, func() bool { return netpoll.HotConns(s) == 0 }) {
+		t.Fatal("the reset connection stayed hot")
+	}
+	if calls, aheads := aheadStats(t, s); aheads != calls {
+		t.Errorf("hot calls %d, reads ahead %d: want the reset's call read ahead too", calls, aheads)
+	}
+}
