@@ -191,6 +191,10 @@ type settings struct {
 	// hotRead: a Conn's reads wait on the runtime's netpoller while the
 	// connection stays busy (hotread, hotread_linux.go).
 	hotRead hotReadKind
+	// readAhead: a hot Server connection's goroutine reads its next input
+	// ahead for the handler instead of polling (readahead, the default
+	// with dispatch=hot; readahead_linux.go).
+	readAhead bool
 }
 
 // hotReadKind is the hotread key: when a connection that is not served
@@ -238,10 +242,12 @@ type knobs struct {
 	inlineCalls bool // dispatch=inline, said outright
 	hotRead     hotReadKind
 	hotReadSet  bool // hotread given, other than "default"
+	aheadOff    bool // readahead=off
+	aheadOn     bool // readahead=on, said outright
 }
 
 // keys lists the NETPOLL keys in the order String writes them.
-var keys = []string{"pollers", "sharing", "mode", "wait", "spin", "busypoll", "shortread", "dispatch", "hotread"}
+var keys = []string{"pollers", "sharing", "mode", "wait", "spin", "busypoll", "shortread", "dispatch", "hotread", "readahead"}
 
 func parseKnobs(s string) (knobs, error) {
 	k := knobs{set: map[string]bool{}}
@@ -346,6 +352,16 @@ func (k *knobs) parse(key, v string) error {
 			return &ConfigError{key, v, "want auto (the default with mode=et, wait=nested and no fixed spin: on while GOMAXPROCS > 1), on or off"}
 		}
 		k.hotRead, k.hotReadSet = hotReadKind(i), true
+	case "readahead":
+		switch v {
+		case "default":
+		case "on":
+			k.aheadOn = true
+		case "off":
+			k.aheadOff = true
+		default:
+			return &ConfigError{key, v, "want on (the default with dispatch=hot) or off"}
+		}
 	default:
 		return &ConfigError{"key", key, "known keys are " + strings.Join(keys, ", ")}
 	}
@@ -398,6 +414,10 @@ func (k knobs) experiment() string {
 			v = "inline"
 		case key == "hotread" && k.hotReadSet:
 			v = k.hotRead.String()
+		case key == "readahead" && k.aheadOn:
+			v = "on"
+		case key == "readahead" && k.aheadOff:
+			v = "off"
 		default:
 			continue // a Config field: pollers, sharing but wakeall, spin=off
 		}
@@ -443,6 +463,12 @@ func (k knobs) experiment() string {
 //	           (mode=et, wait=nested only); auto, on while GOMAXPROCS > 1
 //	           (read at each change of state and each sweep), where the
 //	           nested wait's second hop wakes a second thread
+//	readahead  on (the default with dispatch=hot) or off, for a Server:
+//	           on, a hot connection's goroutine learns whether input is
+//	           queued with a read(2) into a pooled buffer, which the
+//	           handler's Read then takes, as package net's reader reads;
+//	           off, with a poll(2), the handler's Read making the read
+//	           (dispatch=hot and shortread=on only)
 //
 // Every key also takes "default", as if it were not given. The keys with a
 // Config field set that field; the rest are kept, in the order above, in
@@ -572,6 +598,19 @@ func (c Config) settings() (settings, error) {
 		// A fixed spin budget asks for the poller's spinning.
 		s.hotRead = hotReadAuto
 	}
+	switch {
+	case k.aheadOn && !s.hotDispatch:
+		return settings{}, &ConfigError{"readahead", "on", "needs dispatch=hot: only a hot connection's goroutine reads ahead"}
+	case k.aheadOn && !s.shortRead:
+		// The read direction learns that user code has had the fd only
+		// with skipping on (stickyRaw), and input read ahead must not be
+		// read behind.
+		return settings{}, &ConfigError{"readahead", "on", "needs shortread=on: a connection whose fd user code has had must stop reading ahead, which only a skipping connection tracks"}
+	}
+	// Measured (issue 35, testdata/issue35/readahead): the poll per
+	// wakeup cost a syscall more than package net's read wherever the
+	// next request was queued as the response went out.
+	s.readAhead = s.hotDispatch && s.shortRead && !k.aheadOff
 	return s, nil
 }
 

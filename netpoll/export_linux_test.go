@@ -472,3 +472,9 @@ func ReadAhead(c net.Conn) (n int, err bool) {
 	}
 	return a.hi - a.lo, a.err != nil
 }
+
+// ReadAheadSetting is whether readahead c resolves to on.
+func ReadAheadSetting(c Config) bool {
+	s, err := c.settings()
+	return err == nil && s.readAhead
+}

@@ -58,8 +58,14 @@ func hotFixture(t *testing.T, h netpoll.Handler) (*netpoll.Group, *netpoll.Serve
 // hotFixtureClosed is hotFixture with the count of StateClosed reports.
 func hotFixtureClosed(t *testing.T, h netpoll.Handler) (*netpoll.Group, *netpoll.Server, net.Conn, <-chan struct{}, *atomic.Int32) {
 	t.Helper()
+	return hotFixtureOf(t, "dispatch=hot,spin=off", h)
+}
+
+// hotFixtureOf is hotFixtureClosed on a group configured by cfg.
+func hotFixtureOf(t *testing.T, cfg string, h netpoll.Handler) (*netpoll.Group, *netpoll.Server, net.Conn, <-chan struct{}, *atomic.Int32) {
+	t.Helper()
 	t.Cleanup(netpoll.SetHotTick(time.Hour)) // the test sweeps (goCold)
-	g := newGroup(t, cfgOf(t, "dispatch=hot,spin=off"))
+	g := newGroup(t, cfgOf(t, cfg))
 	l := listen(t, g, "tcp")
 	closed := new(atomic.Int32)
 	s := &netpoll.Server{Handler: h, ConnState: func(_ net.Conn, st netpoll.ConnState) {

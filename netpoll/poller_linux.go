@@ -43,6 +43,7 @@ type poller struct {
 	hotRead  hotReadKind   // hotread: its Conns' reads wait on the runtime's netpoller while busy (hotread_linux.go)
 
 	shortRead bool // the shortread key resolved: its connections skip after short transfers
+	readAhead bool // the readahead key resolved: a hot Server connection reads its input ahead (readahead_linux.go)
 
 	table fdTable
 	ctl   ctlFailures // errors of descriptors a failed epoll_ctl lost
@@ -108,7 +109,7 @@ func (pc *pollerCounters) load(c counter) uint64 {
 
 func newPoller(id int, cfg settings) (_ *poller, err error) {
 	p := &poller{id: id, epfd: -1, evfd: -1, mode: cfg.mode, strategy: cfg.wait, spin: cfg.spin,
-		shortRead: cfg.shortRead, hot: cfg.hotDispatch, hotRead: cfg.hotRead, stopped: make(chan struct{}), events: make([]unix.EpollEvent, pollBatch)}
+		shortRead: cfg.shortRead, hot: cfg.hotDispatch, hotRead: cfg.hotRead, readAhead: cfg.readAhead, stopped: make(chan struct{}), events: make([]unix.EpollEvent, pollBatch)}
 	defer func() {
 		if err != nil {
 			p.closeFDs() // p, not the nil result

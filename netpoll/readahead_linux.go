@@ -35,8 +35,9 @@ import (
 // read ahead. A connection whose fd user code has had (a RawConn's Control
 // or Read, File: stickyRaw) never reads ahead again, and neither does a
 // unix socket, whose reads carry control messages a read(2) would drop
-// (readUnix), nor a group with short-read skipping off, which does not
-// track who had the fd.
+// (readUnix). A group reads ahead with readahead=on, the default with
+// dispatch=hot and short-read skipping on (without it the descriptor does
+// not track who had the fd).
 //
 // Invariants:
 //   - hotWait.ahead is stored with the read direction's mu held: the
@@ -78,7 +79,7 @@ var ErrReadAhead = errors.New("netpoll: input read ahead for the handler is pend
 // mayReadAhead reports whether d, a hot Server connection's, may read its
 // input ahead: a TCP socket whose fd no user code has had.
 func (d *desc) mayReadAhead() bool {
-	return d.skip && d.net != netUnix && d.sticky.Load()&stickyRaw == 0
+	return d.p.readAhead && d.skip && d.net != netUnix && d.sticky.Load()&stickyRaw == 0
 }
 
 // readAhead reads fd's next input ahead into a pooled buffer, for the

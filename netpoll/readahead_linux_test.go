@@ -288,3 +288,50 @@ func TestServeReadAheadReset(t *testing.T) {
 		t.Errorf("hot calls %d, reads ahead %d: want the reset's call read ahead too", calls, aheads)
 	}
 }
+
+// TestServeReadAheadOff: with readahead=off every hot call comes from a
+// poll(2), none read ahead, and the handler's Read makes the read.
+func TestServeReadAheadOff(t *testing.T) {
+	_, s, c, stop, _ := hotFixtureOf(t, "dispatch=hot,spin=off,readahead=off", echoHandler)
+	heatAhead(t, s, c, stop)
+	msg, got := []byte("poll"), make([]byte, 4)
+	for range 100 {
+		if err := echo1(c, msg, got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	goCold(t, s, stop)
+	if calls, aheads := aheadStats(t, s); calls < 100 || aheads != 0 {
+		t.Errorf("hot calls %d, reads ahead %d: want at least 100 calls and no read ahead", calls, aheads)
+	}
+}
+
+// TestReadAheadConfig: readahead's values, its default, and the settings
+// it needs.
+func TestReadAheadConfig(t *testing.T) {
+	for s, want := range map[string]bool{
+		"": true, "readahead=on": true, "readahead=default": true, "readahead=off": false,
+		"dispatch=inline": false, "mode=oneshot": false, "shortread=off": false, "wait=block": false,
+	} {
+		if got := netpoll.ReadAheadSetting(cfgOf(t, s)); got != want {
+			t.Errorf("%q: readahead %v, want %v", s, got, want)
+		}
+	}
+	for _, s := range []string{"readahead=on,dispatch=inline", "readahead=on,dispatch=go", "readahead=on,mode=lt", "readahead=on,shortread=off", "readahead=yes"} {
+		c, err := netpoll.ParseConfig(s)
+		if err == nil {
+			var g *netpoll.Group
+			if g, err = netpoll.New(c); err == nil {
+				g.Close()
+			}
+		}
+		var ce *netpoll.ConfigError
+		if !errors.As(err, &ce) || ce.Key != "readahead" {
+			t.Errorf("%q: %v, want a *ConfigError for readahead", s, err)
+		}
+	}
+	c := cfgOf(t, "readahead=off")
+	if c.Experiment != "readahead=off" {
+		t.Errorf("ParseConfig(readahead=off).Experiment = %q", c.Experiment)
+	}
+}

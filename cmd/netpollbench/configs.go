@@ -42,6 +42,10 @@ var servers = []server{
 	// the same on package net's listener, the Server's fallback: a
 	// goroutine per connection that waits with no buffer.
 	{"ondemand", "cfg=ondemand/impl=netpoll/mode=et/spin=auto/ondemand=on", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-ondemand"}, nil},
+	// ondemand with a hot connection polling for its next input, the
+	// handler's Read making the read: the Server before read-ahead
+	// (issue 35).
+	{"ondemand-poll", "cfg=ondemand-poll/impl=netpoll/mode=et/spin=auto/ondemand=on/readahead=off", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-ondemand", "-readahead", "off"}, nil},
 	// ondemand with a goroutine per handler call, as the Server ran
 	// before inline dispatch (issue 35's before-row).
 	{"ondemand-go", "cfg=ondemand-go/impl=netpoll/mode=et/spin=auto/ondemand=on/dispatch=go", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-ondemand", "-dispatch", "go"}, nil},

@@ -34,6 +34,7 @@ type Flags struct {
 	ShortRead  string
 	Dispatch   string
 	HotRead    string
+	ReadAhead  string
 	Network    string
 	Addr       string
 	Lifetime   time.Duration
@@ -53,6 +54,7 @@ func (f *Flags) Register(fs *flag.FlagSet, defaultAddr string) {
 	fs.StringVar(&f.ShortRead, "shortread", "default", `netpoll: skip the syscall that would return EAGAIN after a short read or write: on, off, or "default" (the library's: on)`)
 	fs.StringVar(&f.Dispatch, "dispatch", "default", `netpoll.Server: run a handler on a goroutine that keeps a busy connection, waiting on the runtime's netpoller ("hot", the default with mode et), on the goroutine that polled ("inline"), or on a goroutine of its own per call ("go")`)
 	fs.StringVar(&f.HotRead, "hotread", "default", `netpoll: a busy connection's reads wait on the runtime's netpoller through a dup of its fd: on, off, auto (on while GOMAXPROCS > 1), or "default" (auto with mode et, wait nested and no fixed spin; else off)`)
+	fs.StringVar(&f.ReadAhead, "readahead", "default", `netpoll.Server: a hot connection's goroutine reads its next input ahead for the handler ("on", the default with dispatch hot) or polls for it ("off")`)
 	fs.StringVar(&f.Network, "net", "tcp", "network: tcp, tcp4, tcp6 or unix")
 	fs.StringVar(&f.Addr, "addr", defaultAddr, "address to listen on")
 	fs.DurationVar(&f.Lifetime, "lifetime", 0, "exit after this long (0: run until interrupted)")
@@ -65,7 +67,7 @@ func (f *Flags) Register(fs *flag.FlagSet, defaultAddr string) {
 // netpoll.ParseConfig so that a bad value is named the same way NETPOLL's
 // would be.
 func (f *Flags) Config() (netpoll.Config, error) {
-	s := fmt.Sprintf("mode=%s,sharing=%s,spin=%s,wait=%s,shortread=%s,dispatch=%s,hotread=%s", f.Mode, f.Sharing, f.Spin, f.Wait, f.ShortRead, f.Dispatch, f.HotRead)
+	s := fmt.Sprintf("mode=%s,sharing=%s,spin=%s,wait=%s,shortread=%s,dispatch=%s,hotread=%s,readahead=%s", f.Mode, f.Sharing, f.Spin, f.Wait, f.ShortRead, f.Dispatch, f.HotRead, f.ReadAhead)
 	if f.Pollers != 0 {
 		s += fmt.Sprintf(",pollers=%d", f.Pollers)
 	}
@@ -93,6 +95,9 @@ func (f *Flags) label() string {
 	}
 	if f.HotRead != "default" {
 		l += "/hotread=" + f.HotRead
+	}
+	if f.ReadAhead != "default" {
+		l += "/readahead=" + f.ReadAhead
 	}
 	return l
 }
