@@ -129,6 +129,9 @@ func interest(d *desc) uint32 {
 	if d.wr.state.Load() == stWaiting {
 		ev |= unix.EPOLLOUT
 	}
+	if watchesSticky(d) {
+		ev |= unix.EPOLLPRI | unix.EPOLLRDHUP // readahead_linux.go's watch
+	}
 	return ev
 }
 
@@ -199,7 +202,7 @@ func (p *poller) arm(d *desc) error {
 // fails d: the parked direction would wait for good (oneShot), or EPOLLOUT
 // fire until Close (levelTriggered).
 func (p *poller) rearmAfterEvent(d *desc) {
-	if d.perPark() && !readWaits(d) && d.wr.state.Load() != stWaiting {
+	if d.perPark() && !readWaits(d) && d.wr.state.Load() != stWaiting && !watchesSticky(d) {
 		return
 	}
 	if d.mode == levelTriggered && d.armed.Load()&unix.EPOLLOUT == 0 {

@@ -27,8 +27,16 @@ func (p *poller) dispatch(evs []unix.EpollEvent) (woke int, stop bool) {
 			p.st.inc(cStaleEvents)
 			continue
 		}
+		if ev.Events&stickyEvents != 0 {
+			if h := testHookSticky.Load(); h != nil && d.hot() {
+				(*h)(d)
+			}
+		}
 		woke += d.event(ev.Events)
 		if d.mode != edgeTriggered || d.hot() {
+			if ev.Events&stickyEvents != 0 {
+				d.kickSticky() // after event stored them (readahead_linux.go)
+			}
 			p.rearmAfterEvent(d)
 		}
 	}

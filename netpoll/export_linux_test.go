@@ -381,6 +381,7 @@ const (
 	HookHotBefore    = hookHotBefore
 	HookHotAnnounced = hookHotAnnounced
 	HookHotWoken     = hookHotWoken
+	HookHotChecked   = hookHotChecked
 )
 
 // SetHotHook runs f, with the served connection, at each window of every
@@ -477,4 +478,17 @@ func ReadAhead(c net.Conn) (n int, err bool) {
 func ReadAheadSetting(c Config) bool {
 	s, err := c.settings()
 	return err == nil && s.readAhead
+}
+
+// SetStickyHook runs f on the poller, with the served connection, before
+// it stores the sticky bits of each event for a hot connection, until
+// restored.
+func SetStickyHook(f func(c net.Conn)) (restore func()) {
+	h := func(d *desc) {
+		if sc := d.srv.Load(); sc != nil {
+			f(sc.c)
+		}
+	}
+	testHookSticky.Store(&h)
+	return func() { testHookSticky.Store(nil) }
 }

@@ -102,6 +102,7 @@ type hotWait struct {
 	dl                   int64
 	calls                uint64 // handler calls this wait made; added to the Server's count by goCold
 	aheads               uint64 // reads ahead that found something (readahead_linux.go); likewise
+	skips                uint64 // waits begun with no syscall after a drained read; likewise
 
 	// ahead is input the owner read for the handler, not yet taken by a
 	// Read; nil while none (readahead_linux.go). Stored with the read
@@ -140,10 +141,11 @@ type hotSet struct {
 }
 
 // testHookHot, when set by a test, runs at the windows of a hot wait in
-// which Close, a deadline, Shutdown and the sweeper must not be lost:
-// before the wait is announced (seq still even: a kicker does not kick),
-// after it is announced (seq odd) and before the state is checked, and
-// after the wait ended and before the connection goes cold.
+// which Close, a deadline, Shutdown, the sweeper and a sticky condition
+// (kickSticky) must not be lost: before the wait is announced (seq still
+// even: a kicker does not kick), after it is announced (seq odd) and
+// before the state is checked, after the state is checked and before the
+// wait, and after the wait ended and before the connection goes cold.
 var testHookHot atomic.Pointer[func(sc *serverConn, at hotPoint)]
 
 type hotPoint uint8
@@ -152,6 +154,9 @@ const (
 	hookHotBefore hotPoint = iota
 	hookHotAnnounced
 	hookHotWoken
+	// hookHotChecked: announced, and every state checked; the wait
+	// begins once the hook returns.
+	hookHotChecked
 )
 
 // serveHot serves sc for as long as it stays hot, after a call returned
@@ -251,31 +256,33 @@ func (h *hotWait) serve(fd uintptr) bool {
 	for {
 		dr.mu.Lock()
 		ahead := h.ahead.Load() != nil
+		read := false
 		if !ahead && ask {
-			read, found := h.readAhead(d, int(fd))
-			if read && !found {
+			var found bool
+			if read, found = h.readAhead(d, int(fd)); read && !found {
 				dr.mu.Unlock()
-				return h.park()
+				return h.park(false)
 			}
-			if read {
-				ask = false
-				h.aheads++
-			}
+			h.aheads += uint64(boolInt(read))
 		}
-		dr.drained = false // the handler's Read makes its syscall, or takes what was read ahead
+		if !read {
+			dr.drained = false // the handler's Read makes its syscall, or takes what was left
+		}
 		dr.mu.Unlock()
-		if ask && !ahead {
+		if ask && !ahead && !read {
 			// POLLPRI, POLLRDHUP, POLLHUP and POLLERR have the values
 			// of their epoll bits on Linux: stickyEvents reads them.
 			ev, err := pollFD(int(fd), unix.POLLIN|unix.POLLRDHUP|unix.POLLPRI)
 			if ev&readableEvents == 0 && err == nil {
-				return h.park()
+				return h.park(false)
 			}
 			// The connection's own registration is disarmed while hot,
 			// so the poller reports none of the conditions that end a
 			// read early with something pending (urgent data, end of
 			// input: stickyEvents): this poll does, before the handler's
 			// Read can find the socket drained and the skip trust it.
+			// A connection that reads ahead has them watched instead
+			// (watchesSticky).
 			d.stick(uint32(ev))
 		}
 		h.calls++
@@ -283,30 +290,41 @@ func (h *hotWait) serve(fd uintptr) bool {
 			h.keep = false
 			return true
 		}
-		// Drained (a short Read, skipping on, nothing sticky) and no edge
-		// since on our side: anything that comes sets the runtime's flag,
-		// cleared before the call. Otherwise ask the socket. A connection
-		// that reads ahead always asks (its read(2) is the one package net
-		// makes before it parks), unless input read ahead is left.
+		// Drained (a short Read or read ahead, skipping on, nothing
+		// sticky) and no edge since on our side: anything that comes sets
+		// the runtime's flag, cleared before the call. Otherwise ask the
+		// socket, unless input read ahead is left for the handler.
 		dr.mu.Lock()
 		plain := sc.plainLocked()
-		ask = !(d.skip && dr.drained && d.sticky.Load() == 0 && dr.state.Load() == stEmpty) || d.mayReadAhead()
+		left := h.ahead.Load() != nil
+		ask = !left && !(d.skip && dr.drained && d.sticky.Load() == 0 && dr.state.Load() == stEmpty)
 		dr.mu.Unlock()
 		if !plain {
 			return true // returned: the hand-off acts on it
 		}
 		sc.startIdle(true)
 		sc.setState(StateIdle)
-		if !ask {
-			return h.park()
+		if left || ask {
+			continue
 		}
+		h.skips++
+		if !h.park(true) {
+			return false
+		}
+		if !h.returned {
+			return true // cold, its wait going on
+		}
+		ask = true // a condition came since the skip: ask
 	}
 }
 
 // park announces a wait and returns false (RawConn.Read then waits), or,
 // if something ended it before it began, returns true with h.returned
-// false: the connection goes cold with its wait going on.
-func (h *hotWait) park() bool {
+// false: the connection goes cold with its wait going on. skipped: the
+// wait follows a drained read with no syscall since, and a condition the
+// poller stored since (sticky: watchesSticky) returns true with h.returned
+// true, for the caller to ask the socket.
+func (h *hotWait) park(skipped bool) bool {
 	sc := h.sc
 	d := sc.desc()
 	dr := &d.rd
@@ -330,7 +348,14 @@ func (h *hotWait) park() bool {
 			h.returned = false
 			return true
 		}
+		if skipped && d.sticky.Load() != 0 {
+			// Stored by the poller before it loaded seq (kickSticky):
+			// seen here, or kicked there.
+			h.seq.Add(1)
+			return true
+		}
 		if dr.deadline.Load() == h.dl {
+			h.hook(hookHotChecked)
 			return false
 		}
 		h.seq.Add(1) // set since the mirror: mirror it again
@@ -451,6 +476,7 @@ func (sc *serverConn) goCold(h *hotWait) {
 	s.stats.hotExits.Add(1)
 	s.stats.hotCalls.Add(h.calls) // once per hot period, not per request
 	s.stats.readAheads.Add(h.aheads)
+	s.stats.hotSkips.Add(h.skips)
 }
 
 // close closes f, telling sever first: f's fd number is free once it is

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -82,6 +83,35 @@ func (d *desc) mayReadAhead() bool {
 	return d.p.readAhead && d.skip && d.net != netUnix && d.sticky.Load()&stickyRaw == 0
 }
 
+// watchesSticky reports whether d's registration must watch, while it is
+// hot, for the conditions that end a read early with something still
+// pending (urgent data, end of input; errors and hang-ups come with any
+// interest): a hot Server connection that reads ahead, until one came
+// (sticky, for good). Its wait skips the read that would find nothing
+// after a short one, as the poller's reads do, and the runtime's wakeup
+// says nothing of these conditions, so the poller learns of them: it
+// stores them (desc.stick) and kicks a wait announced (kickSticky), and
+// the owner, after it announces a wait, looks at sticky before it skips.
+// Called with armMu held, or by the poller.
+func watchesSticky(d *desc) bool {
+	h := d.hotw.Load()
+	return h != nil && h.sc != nil && d.mayReadAhead() && d.sticky.Load() == 0
+}
+
+// testHookSticky, when set by a test, runs on the poller before it
+// stores the sticky bits of an event for a hot connection: a test holds
+// the poller there to open a window of the owner's wait (kickSticky).
+var testHookSticky atomic.Pointer[func(d *desc)]
+
+// kickSticky ends the wait of a hot Server connection, if one is announced,
+// after the poller stored an event's sticky bits: the owner may have
+// skipped the read that would have seen the condition (watchesSticky).
+func (d *desc) kickSticky() {
+	if h := d.hotw.Load(); h != nil && h.sc != nil && h.seq.Load()&1 == 1 {
+		h.kick()
+	}
+}
+
 // readAhead reads fd's next input ahead into a pooled buffer, for the
 // owner of a hot connection with none read ahead (hotWait.serve), with the
 // read direction's mu held. read false: it may not (mayReadAhead), the
@@ -119,6 +149,9 @@ func (h *hotWait) readAhead(d *desc, fd int) (read, found bool) {
 		default:
 			h.dropAhead()
 		}
+		// A short read drained the socket, but for what watchesSticky
+		// watches: the wait after the handler may skip its read.
+		d.rd.drained = err == nil && n > 0 && n < len(a.buf)
 		return true, true
 	}
 }

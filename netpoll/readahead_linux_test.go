@@ -7,8 +7,12 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/edgepoll/edgepoll/netpoll"
 )
@@ -17,11 +21,18 @@ import (
 // when a connection goes cold.
 func aheadStats(t *testing.T, s *netpoll.Server) (calls, aheads uint64) {
 	t.Helper()
-	samples := []netpoll.Sample{{Name: "/server/hot-calls:calls"}, {Name: "/server/hot-reads-ahead:calls"}}
+	calls, aheads, _ = aheadSkips(t, s)
+	return calls, aheads
+}
+
+// aheadSkips is aheadStats with the hot waits that skipped their read.
+func aheadSkips(t *testing.T, s *netpoll.Server) (calls, aheads, skips uint64) {
+	t.Helper()
+	samples := []netpoll.Sample{{Name: "/server/hot-calls:calls"}, {Name: "/server/hot-reads-ahead:calls"}, {Name: "/server/hot-skips:calls"}}
 	if err := s.ReadStats(samples); err != nil {
 		t.Fatalf("Server.ReadStats: %v", err)
 	}
-	return samples[0].Value, samples[1].Value
+	return samples[0].Value, samples[1].Value, samples[2].Value
 }
 
 // heatAhead echoes on c until s has it hot and waiting, its input read ahead
@@ -42,6 +53,9 @@ func heatAhead(t *testing.T, s *netpoll.Server, c net.Conn, stop <-chan struct{}
 // TestServeReadAheadHops: every call of a hot connection's handler comes
 // from a read(2) of its goroutine's (the read ahead, which its Read takes
 // with no syscall), none from a poll(2): as many reads ahead as hot calls.
+// And each read ahead is short (5 bytes), so the wait after each call
+// skips the read that would find nothing: as many skips as calls, the
+// syscalls per request a read and a write.
 func TestServeReadAheadHops(t *testing.T) {
 	_, s, c, stop := hotFixture(t, echoHandler)
 	heatAhead(t, s, c, stop)
@@ -53,10 +67,10 @@ func TestServeReadAheadHops(t *testing.T) {
 		}
 	}
 	goCold(t, s, stop)
-	calls, aheads := aheadStats(t, s)
-	t.Logf("hot calls %d, reads ahead %d", calls, aheads)
-	if calls < n || aheads != calls {
-		t.Errorf("hot calls %d, reads ahead %d: want at least %d calls, each after a read ahead", calls, aheads, n)
+	calls, aheads, skips := aheadSkips(t, s)
+	t.Logf("hot calls %d, reads ahead %d, skips %d", calls, aheads, skips)
+	if calls < n || aheads != calls || skips != calls {
+		t.Errorf("hot calls %d, reads ahead %d, skips %d: want at least %d calls, each after a read ahead and before a skip", calls, aheads, skips, n)
 	}
 }
 
@@ -333,5 +347,91 @@ func TestReadAheadConfig(t *testing.T) {
 	c := cfgOf(t, "readahead=off")
 	if c.Experiment != "readahead=off" {
 		t.Errorf("ParseConfig(readahead=off).Experiment = %q", c.Experiment)
+	}
+}
+
+// TestServeReadAheadStickyWindows: after a short read ahead a hot
+// connection's wait skips the read that would find nothing and parks on
+// the runtime's flag, which says nothing of the end of input queued
+// behind what was read: "abc" and the FIN came together while the
+// handler ran, one wakeup's flag took both, and the read ahead stopped at
+// the FIN. Only the poller's watch sees it, and here the poller is held
+// until the owner is in a window of that wait: before the wait is
+// announced (the poller, let go, sees no wait to kick: the owner must
+// look at sticky after it announces), after it is announced, and after
+// every check (the owner has looked: the poller must kick the wait). The
+// handler must be called for the end of input in each.
+func TestServeReadAheadStickyWindows(t *testing.T) {
+	for at, name := range map[netpoll.HotPoint]string{netpoll.HookHotBefore: "before", netpoll.HookHotAnnounced: "announced", netpoll.HookHotChecked: "checked"} {
+		t.Run(name, func(t *testing.T) { testStickyWindow(t, at) })
+	}
+}
+
+func testStickyWindow(t *testing.T, at netpoll.HotPoint) {
+	reads := make(chan reviewRead, 8)
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	var armed, fired atomic.Bool
+	h := netpoll.HandlerFunc(func(c net.Conn) error {
+		var b [64]byte
+		n, err := c.Read(b[:])
+		switch {
+		case err != nil:
+			reads <- reviewRead{"", err}
+			return err
+		case string(b[:n]) == "block":
+			entered <- struct{}{}
+			<-release
+			return nil
+		case string(b[:n]) == "abc":
+			reads <- reviewRead{"abc", nil}
+			armed.Store(true) // the wait after this call skips its read
+			return nil
+		}
+		_, err = c.Write(b[:n])
+		return err
+	})
+	_, s, c, stop := hotFixture(t, h)
+	heatAhead(t, s, c, stop)
+	var hold atomic.Bool
+	polled, resume := make(chan struct{}), make(chan struct{})
+	defer netpoll.SetStickyHook(func(net.Conn) {
+		if hold.CompareAndSwap(true, false) {
+			close(polled)
+			<-resume // until the owner is in the window
+		}
+	})()
+	defer netpoll.SetHotHook(func(hc net.Conn, p netpoll.HotPoint) {
+		if p != at || !armed.CompareAndSwap(true, false) {
+			return
+		}
+		close(resume)
+		if await(stop, func() bool { return netpoll.Sticky(hc)&unix.EPOLLRDHUP != 0 }) {
+			fired.Store(true)
+		}
+	})()
+	hold.Store(true)
+	write(t, c, "block")
+	<-entered
+	write(t, c, "abc")
+	c.(*net.TCPConn).CloseWrite()
+	select {
+	case <-polled: // the poller has the end of input, and holds it
+	case <-stop:
+		t.Fatal("the poller never saw the end of input: the watch is not armed")
+	}
+	close(release)
+	for _, want := range []error{nil, io.EOF} {
+		select {
+		case r := <-reads:
+			if r.err != want || (want == nil && r.s != "abc") {
+				t.Fatalf("the handler read %q, %v; want %q, then io.EOF", r.s, r.err, "abc")
+			}
+		case <-time.After(10 * time.Second): // a bound only a hang reaches
+			t.Fatalf("the handler was never called for the end of input behind \"abc\" (want %v): hot %d, waiting hot %d, window seen %v",
+				want, netpoll.HotConns(s), netpoll.HotWaiting(s), fired.Load())
+		}
+	}
+	if !fired.Load() {
+		t.Fatal("the poller never stored the end of input in the window")
 	}
 }

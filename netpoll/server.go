@@ -165,9 +165,9 @@ type serverCounters struct {
 	inlineCalls, workerCalls, demotions, promotions, spread atomic.Uint64
 	// dispatch=hot (hot_linux.go): connections made hot, made cold, and
 	// refused (the bound, or a failed dup or epoll_ctl); calls a hot
-	// wait made, and the reads ahead among them that found input
-	// (readahead_linux.go).
-	hotEntries, hotExits, hotRefused, hotCalls, readAheads atomic.Uint64
+	// wait made, the reads ahead among them that found input, and waits
+	// begun with no syscall after a drained read (readahead_linux.go).
+	hotEntries, hotExits, hotRefused, hotCalls, readAheads, hotSkips atomic.Uint64
 }
 
 // Stats returns the counters a user watches.

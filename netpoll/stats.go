@@ -295,6 +295,7 @@ var statTable = func() []stat {
 	server("/server/hot-exits:conns", "Times a hot connection went cold: idle for a sweep, closed, a deadline, Shutdown.", true, func(c *serverCounters) uint64 { return c.hotExits.Load() })
 	server("/server/hot-calls:calls", "Handler calls made by a hot connection's goroutine, whose wait on the runtime's netpoller found input (dispatch=hot); counted when the connection goes cold.", true, func(c *serverCounters) uint64 { return c.hotCalls.Load() })
 	server("/server/hot-reads-ahead:calls", "Reads a hot connection's goroutine made into a pooled buffer that found input, the end of input or an error for its handler's Read, in place of a poll(2): counted when the connection goes cold.", true, func(c *serverCounters) uint64 { return c.readAheads.Load() })
+	server("/server/hot-skips:calls", "Waits a hot connection's goroutine began with no syscall, its last read having drained the socket (short-read skipping): counted when the connection goes cold.", true, func(c *serverCounters) uint64 { return c.hotSkips.Load() })
 	server("/server/hot-refused:conns", "Times a connection was served cold where it would have been made hot: the Server's bound of hot connections, or a failed dup or epoll_ctl.", true, func(c *serverCounters) uint64 { return c.hotRefused.Load() })
 	server("/server/batch-spread:calls", "Connections of a poll's batch run on workers: all of them above one P, all but the first with one.", true, func(c *serverCounters) uint64 { return c.spread.Load() })
 	return t
