@@ -114,8 +114,12 @@
 // goroutine of their own until four in a row return quickly. A batch of
 // connections ready at once runs on pooled goroutines, in parallel when
 // GOMAXPROCS is above one (with one P the goroutine that polled runs the
-// first). What a call may rely on about its goroutine is in Handler's
-// documentation. When it returns nil, whatever is
+// first). A busy connection's goroutine reads its next input itself, into
+// a pooled buffer that the handler's Read takes, as package net's reader
+// reads before it parks: while such input is pending, a RawConn's Read and
+// File fail with ErrReadAhead (they would read behind it); Read, WriteTo
+// and WaitRead take it first. What a call may rely on about its goroutine
+// is in Handler's documentation. When it returns nil, whatever is
 // queued in the socket then, or comes later, calls it again, exactly once;
 // what it keeps in its own buffers (a bufio.Reader's Buffered bytes) the
 // Server cannot see, so it returns only when they hold nothing it must act

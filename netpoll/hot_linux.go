@@ -24,14 +24,15 @@ import (
 // that served it, and that goroutine waits for the next input as net's
 // reader does: parked in RawConn.Read of a dup of the connection's fd,
 // which the runtime registers in its own epoll instance. Its callback asks
-// the socket with poll(2), reading nothing (the wait holds no buffer, only
-// the goroutine's stack, and a pending error stays for the handler's
-// Read), and runs the handler itself while there is input (serveHot says
-// why inside). The connection's own registration in the poller is
-// disarmed meanwhile (EPOLLONESHOT with no events), so that the data the
-// runtime wakes the goroutine for does not wake the poller too; a park of
-// the handler's Read or of a writer arms it for that park, as oneshot
-// mode arms (armForPark, rearmAfterEvent).
+// the socket with a read(2) into a pooled buffer, which the handler's Read
+// takes (readahead_linux.go; with readahead=off, a poll(2) that reads
+// nothing), and runs the handler itself while there is input (serveHot
+// says why inside). The connection's own registration in the poller is
+// disarmed for input and output meanwhile (EPOLLONESHOT), so that the data
+// the runtime wakes the goroutine for does not wake the poller too; it
+// watches only for urgent data and the end of input (watchesSticky); a
+// park of the handler's Read or of a writer arms it for that park, as
+// oneshot mode arms (armForPark, rearmAfterEvent).
 //
 // A connection that waits through a whole sweep of its Server (hotTick)
 // with no input goes cold: the sweeper sets a past deadline on the dup
@@ -172,12 +173,12 @@ const (
 // runtime's readiness flag see the whole span from the handler's last
 // Read to the park: RawConn.Read clears the flag once, when it begins
 // (internal/poll's prepareRead), and an edge for data that comes after
-// the handler's last Read, before the park, sets it and is not lost. So
-// a handler whose last Read was short (the socket drained: short-read
-// skipping) parks with no syscall, as it would cold (handOff's skip), and
-// a wakeup costs one poll(2), which an edge that may be stale needs: the
-// syscalls per request are package net's, a Read that finds data and one
-// that finds none, in another order.
+// the last read, before the park, sets it and is not lost. So a wait
+// after a short read (the socket drained: short-read skipping) parks with
+// no syscall, as it would cold (handOff's skip), and a wakeup costs one
+// read(2), which an edge that may be stale needs and which the handler's
+// Read takes (readahead_linux.go): per request a read and the handler's
+// write, one syscall fewer than package net's reader makes.
 func (sc *serverConn) serveHot() (keep, returned bool) {
 	// Cold here: serveHot returns only cold, and nothing else makes a
 	// connection hot.
