@@ -366,6 +366,25 @@ func TestHotReadOutOfFDs(t *testing.T) {
 	heatRead(t, client, server) // with fds again
 }
 
+// wantConfigErrors checks that each of settings fails, in ParseConfig or
+// in New, with a *ConfigError naming key.
+func wantConfigErrors(t *testing.T, key string, settings ...string) {
+	t.Helper()
+	for _, s := range settings {
+		c, err := netpoll.ParseConfig(s)
+		if err == nil {
+			var g *netpoll.Group
+			if g, err = netpoll.New(c); err == nil {
+				g.Close()
+			}
+		}
+		var ce *netpoll.ConfigError
+		if !errors.As(err, &ce) || ce.Key != key {
+			t.Errorf("%q: %v, want a *ConfigError for %s", s, err, key)
+		}
+	}
+}
+
 // TestHotReadConfig: hotread's values, its default, and the settings it
 // cannot go with.
 func TestHotReadConfig(t *testing.T) {
@@ -377,19 +396,7 @@ func TestHotReadConfig(t *testing.T) {
 		}
 		g.Close()
 	}
-	for _, s := range []string{"hotread=on,mode=oneshot", "hotread=auto,mode=lt", "hotread=on,wait=block", "hotread=on,wait=inline", "hotread=yes"} {
-		c, err := netpoll.ParseConfig(s)
-		if err == nil {
-			var g *netpoll.Group
-			if g, err = netpoll.New(c); err == nil {
-				g.Close()
-			}
-		}
-		var ce *netpoll.ConfigError
-		if !errors.As(err, &ce) || ce.Key != "hotread" {
-			t.Errorf("%q: %v, want a *ConfigError for hotread", s, err)
-		}
-	}
+	wantConfigErrors(t, "hotread", "hotread=on,mode=oneshot", "hotread=auto,mode=lt", "hotread=on,wait=block", "hotread=on,wait=inline", "hotread=yes")
 	for s, want := range map[string]string{"": "auto", "spin=50us": "off", "mode=oneshot": "off", "wait=block": "off", "hotread=on": "on"} {
 		if got := netpoll.HotReadSetting(cfgOf(t, s)); got != want {
 			t.Errorf("%q: hotread %s, want %s", s, got, want)
