@@ -492,3 +492,9 @@ func SetStickyHook(f func(c net.Conn)) (restore func()) {
 	testHookSticky.Store(&h)
 	return func() { testHookSticky.Store(nil) }
 }
+
+// StaleReadEdge hands c's read direction an edge, as the poller's dispatch
+// does for an event that reports input (edge): on a hot connection that
+// waits, it is the edge of input that came as the connection went hot,
+// which its first read ahead then took (readahead review).
+func StaleReadEdge(c net.Conn) { d := descOf(c); d.notify(&d.rd) }

@@ -1,0 +1,300 @@
+package netpoll_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/edgepoll/edgepoll/netpoll"
+)
+
+// Review tests for the hot wait's read-ahead (readahead_linux.go). Each
+// asserts what package net, or the design's own statement, promises; the
+// sweeper's tick is an hour (hotFixture), so a lost wakeup is a hang that
+// the watchdog turns into a failure.
+
+// firstByteHandler reads one byte and, if cmds has a command for it, runs
+// it; any other input is echoed whole, its rest taken from what the hot
+// wait read ahead (heatAhead's "heat").
+func firstByteHandler(cmds map[byte]func(c net.Conn) error) netpoll.Handler {
+	return netpoll.HandlerFunc(func(c net.Conn) error {
+		var b [64]byte
+		n, err := c.Read(b[:1])
+		if err != nil {
+			return err
+		}
+		if cmd := cmds[b[0]]; cmd != nil {
+			return cmd(c)
+		}
+		m, err := c.Read(b[1:])
+		if err != nil {
+			return err
+		}
+		_, err = c.Write(b[:n+m])
+		return err
+	})
+}
+
+// sinkListener accepts one connection and sends what it read until EOF.
+func sinkListener(t *testing.T) (addr string, sunk <-chan string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	ch := make(chan string, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			ch <- "accept: " + err.Error()
+			return
+		}
+		defer c.Close()
+		b, err := io.ReadAll(c)
+		if err != nil {
+			ch <- "read: " + err.Error()
+			return
+		}
+		ch <- string(b)
+	}()
+	return l.Addr().String(), ch
+}
+
+// TestReadAheadReviewStaleEdge: a ready token the read direction holds as
+// the hot period begins (an edge the poller dispatched for input that came
+// while the connection went hot, which the first read ahead then took) is
+// never consumed while the connection reads ahead: readAhead does not
+// consume it before its read(2) as a stream Read does (transfer's
+// consume), and the handler's Reads take the buffer with no syscall. The
+// hot wait skips only with the direction empty (serve: ask), so it never
+// skips again in that hot period: every request pays a read(2) that finds
+// EAGAIN, the syscall the change removes. It happens on its own in about
+// one run of TestServeReadAheadHops in six under -race (skips 0), and
+// makes TestServeReadAheadStickyWindows/before fail and then hang (its
+// window is never reached, and the poller stays held in the sticky hook).
+// Here the stale edge is handed over as dispatch would.
+func TestReadAheadReviewStaleEdge(t *testing.T) {
+	_, s, c, stop := hotFixture(t, echoHandler)
+	heatAhead(t, s, c, stop)
+	sc := serverSide(t, s, c)
+	netpoll.StaleReadEdge(sc)
+	if st := netpoll.ReadState(sc); st != "ready" {
+		t.Fatalf("read state %q after the edge, want ready", st)
+	}
+	msg, got := []byte("stale"), make([]byte, 5)
+	const n = 100
+	for range n {
+		if err := echo1(c, msg, got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	goCold(t, s, stop)
+	calls, aheads, skips := aheadSkips(t, s)
+	t.Logf("hot calls %d, reads ahead %d, skips %d", calls, aheads, skips)
+	if calls < n || skips != calls {
+		t.Errorf("hot calls %d, skips %d: want each short read ahead's wait to skip its read, as TestServeReadAheadHops does (the edge came before the first read ahead, which took what it announced)", calls, skips)
+	}
+}
+
+// TestReadAheadReviewReadFromSplice: Conn.ReadFrom splices from a source
+// that is this package's *Conn (or an io.LimitedReader around one, which
+// io.CopyN makes) straight from its socket, behind the input its hot wait
+// read ahead: a handler that proxies a body with io.CopyN to a Conn of the
+// group's loses the bytes read ahead (here the body's first bytes, or all
+// of it), which stay in the buffer for a later Read. WriteTo flushes them
+// first (flushAhead); readFrom's spliceSource does not.
+func TestReadAheadReviewReadFromSplice(t *testing.T) {
+	addr, sunk := sinkListener(t)
+	want := "first;" + strings.Repeat("then spliced;", 1000)
+	var group atomic.Pointer[netpoll.Group]
+	type result struct {
+		n       int64
+		err     error
+		pending int
+	}
+	copied := make(chan result, 1)
+	h := firstByteHandler(map[byte]func(net.Conn) error{'S': func(c net.Conn) error {
+		dst, err := group.Load().Dial(context.Background(), "tcp", addr)
+		if err != nil {
+			copied <- result{err: err}
+			return err
+		}
+		n, err := io.CopyN(dst, c, int64(len(want)))
+		dst.Close()
+		pending, _ := netpoll.ReadAhead(c)
+		copied <- result{n, err, pending}
+		return io.EOF
+	}})
+	g, s, c, stop := hotFixture(t, h)
+	group.Store(g)
+	heatAhead(t, s, c, stop)
+	write(t, c, "S"+want[:len("first;")])
+	write(t, c, want[len("first;"):])
+	c.(*net.TCPConn).CloseWrite()
+	var r result
+	select {
+	case r = <-copied:
+	case <-stop:
+		t.Fatal("the handler never copied")
+	}
+	got := <-sunk
+	if got != want || r.pending != 0 {
+		t.Errorf("io.CopyN to a Conn copied %d bytes (%v), the sink got %d bytes (%.30q...), %d bytes left read ahead: want %d in order, none left", r.n, r.err, len(got), got, r.pending, len(want))
+	}
+}
+
+// TestReadAheadReviewWriteToReset: a reset that the hot wait's read ahead
+// consumed (the socket reports EOF after it) is kept for the handler's
+// Read, but WriteTo to a socket (splice) does not report it: flushAhead
+// leaves a kept error to "WriteTo's Read", and the splice, which makes no
+// Read, finds EOF. So a proxying handler's io.Copy(backend, c) ends with
+// nil, as if the client had closed cleanly, where package net's WriteTo
+// (and this package's, cold) returns ECONNRESET; the error stays behind
+// for a Read nobody makes.
+func TestReadAheadReviewWriteToReset(t *testing.T) {
+	sink, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	type result struct {
+		n          int64
+		err        error
+		pendingErr bool
+	}
+	results := make(chan result, 1)
+	var proxy atomic.Bool
+	h := netpoll.HandlerFunc(func(c net.Conn) error {
+		if !proxy.Load() {
+			return echoHandler.ServeConn(c)
+		}
+		dst, err := net.Dial("tcp", sink.Addr().String())
+		if err != nil {
+			results <- result{err: err}
+			return err
+		}
+		defer dst.Close()
+		n, err := c.(io.WriterTo).WriteTo(dst)
+		_, pending := netpoll.ReadAhead(c)
+		results <- result{n, err, pending}
+		return io.EOF
+	})
+	_, s, c, stop := hotFixture(t, h)
+	heatAhead(t, s, c, stop)
+	proxy.Store(true)
+	if err := c.(*net.TCPConn).SetLinger(0); err != nil {
+		t.Fatal(err)
+	}
+	c.Close() // a reset, with nothing unread: the read ahead consumes it
+	var r result
+	select {
+	case r = <-results:
+	case <-stop:
+		t.Fatal("the handler never ran for the reset")
+	}
+	if !errors.Is(r.err, syscall.ECONNRESET) {
+		t.Errorf("WriteTo after a reset: %d, %v (reset still kept for a Read: %v); want an error wrapping ECONNRESET, as package net's", r.n, r.err, r.pendingErr)
+	}
+	if !await(stop, func() bool { return netpoll.HotConns(s) == 0 }) {
+		t.Fatal("the reset connection stayed hot")
+	}
+	if calls, aheads := aheadStats(t, s); aheads != calls {
+		t.Fatalf("hot calls %d, reads ahead %d: the reset was not read ahead, the test shows nothing", calls, aheads)
+	}
+}
+
+// TestReadAheadReviewRawReadOpError: ErrReadAhead's documentation says a
+// RawConn's Read returns it "wrapped in a *net.OpError" (as package net
+// wraps RawConn errors: Op "raw-read"), but rawIO returns it bare.
+func TestReadAheadReviewRawReadOpError(t *testing.T) {
+	errs := make(chan error, 1)
+	h := firstByteHandler(map[byte]func(net.Conn) error{'R': func(c net.Conn) error {
+		rc, _ := c.(syscall.Conn).SyscallConn()
+		errs <- rc.Read(func(uintptr) bool { return true })
+		var b [16]byte
+		n, err := c.Read(b[:])
+		if err != nil {
+			return err
+		}
+		_, err = c.Write(b[:n])
+		return err
+	}})
+	_, s, c, stop := hotFixture(t, h)
+	heatAhead(t, s, c, stop)
+	write(t, c, "Rxyz")
+	var err error
+	select {
+	case err = <-errs:
+	case <-stop:
+		t.Fatal("the handler never ran")
+	}
+	var oe *net.OpError
+	if !errors.Is(err, netpoll.ErrReadAhead) || !errors.As(err, &oe) {
+		t.Errorf("RawConn.Read with input read ahead: %v (%T), want a *net.OpError wrapping ErrReadAhead", err, err)
+	}
+	got := make([]byte, 3)
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != "xyz" {
+		t.Fatalf("reply %q, %v", got, err)
+	}
+}
+
+// TestReadAheadReviewModsPerRequest: a handler whose request comes in two
+// parts parks its second Read (after the first, short, the direction is
+// drained): one EPOLL_CTL_MOD to arm it, readahead=off. With readahead=on
+// the event that wakes it makes rearmAfterEvent arm the sticky watch again
+// (watchesSticky), a second EPOLL_CTL_MOD on the poller for every such
+// park, and likewise for a Write that parks: the watch costs a MOD per
+// park of a hot connection's handler, not once per hot period.
+func TestReadAheadReviewModsPerRequest(t *testing.T) {
+	for _, ahead := range []string{"off", "on"} {
+		t.Run(ahead, func(t *testing.T) { modsPerRequest(t, ahead) })
+	}
+}
+
+func modsPerRequest(t *testing.T, ahead string) {
+	h := netpoll.HandlerFunc(func(c net.Conn) error {
+		var b [64]byte
+		n, err := c.Read(b[:])
+		if err != nil {
+			return err
+		}
+		if string(b[:n]) != "part1" {
+			_, err = c.Write(b[:n])
+			return err
+		}
+		if _, err := c.Write([]byte("go")); err != nil {
+			return err
+		}
+		if n, err = c.Read(b[:]); err != nil {
+			return err
+		}
+		_, err = c.Write(b[:n])
+		return err
+	})
+	g, s, c, stop, _ := hotFixtureOf(t, "dispatch=hot,spin=off,readahead="+ahead, h)
+	heatAhead(t, s, c, stop)
+	got := make([]byte, 5)
+	mods0, parks0 := netpoll.Counters(g).Total.CtlMod, netpoll.Counters(g).Total.ReadParks
+	const n = 50
+	for range n {
+		write(t, c, "part1")
+		if _, err := io.ReadFull(c, got[:2]); err != nil || string(got[:2]) != "go" {
+			t.Fatalf("reply %q, %v; want go", got[:2], err)
+		}
+		if err := echo1(c, []byte("part2"), got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tot := netpoll.Counters(g).Total
+	mods, parks := tot.CtlMod-mods0, tot.ReadParks-parks0
+	t.Logf("readahead=%s: %d requests, %d read parks, %d EPOLL_CTL_MOD", ahead, n, parks, mods)
+	if parks != n || mods != n {
+		t.Errorf("readahead=%s: %d read parks and %d EPOLL_CTL_MOD for %d requests; want one park and its arm per request", ahead, parks, mods, n)
+	}
+}
