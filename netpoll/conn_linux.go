@@ -293,9 +293,11 @@ func (c *Conn) control(op string, f func(fd int) error) error {
 }
 
 // SyscallConn returns a raw connection whose Read and Write park on this
-// Conn's poller.
+// Conn's poller. On a connection served on demand whose input was read
+// ahead for the handler, its Read fails with ErrReadAhead until a Read
+// takes that input, and its Control's function sees the socket behind it.
 func (c *Conn) SyscallConn() (syscall.RawConn, error) {
-	return rawConn{c.d}, nil
+	return rawConn{d: c.d, c: c}, nil
 }
 
 // File returns a duplicate of the connection's fd as an *os.File, as
@@ -359,8 +361,12 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// rawConn implements syscall.RawConn on a descriptor.
-type rawConn struct{ d *desc }
+// rawConn implements syscall.RawConn on a descriptor. c, a Conn's: its
+// Read and Write errors are wrapped as package net's are.
+type rawConn struct {
+	d *desc
+	c *Conn
+}
 
 func (rc rawConn) Control(f func(fd uintptr)) error {
 	if err := rc.d.incref(); err != nil {
@@ -373,11 +379,20 @@ func (rc rawConn) Control(f func(fd uintptr)) error {
 }
 
 func (rc rawConn) Read(f func(fd uintptr) (done bool)) error {
-	return rc.rawIO(&rc.d.rd, f)
+	return rc.wrap("raw-read", rc.rawIO(&rc.d.rd, f))
 }
 
 func (rc rawConn) Write(f func(fd uintptr) (done bool)) error {
-	return rc.rawIO(&rc.d.wr, f)
+	return rc.wrap("raw-write", rc.rawIO(&rc.d.wr, f))
+}
+
+// wrap wraps a Conn's raw error in a *net.OpError, as package net's
+// rawConn does (Source the local address, Addr the remote).
+func (rc rawConn) wrap(op string, err error) error {
+	if err == nil || rc.c == nil {
+		return err
+	}
+	return &net.OpError{Op: op, Net: rc.c.network(), Source: rc.c.LocalAddr(), Addr: rc.c.RemoteAddr(), Err: err}
 }
 
 func (rc rawConn) rawIO(dr *dir, f func(fd uintptr) bool) error {

@@ -301,7 +301,13 @@ func (h *hotWait) serve(fd uintptr) bool {
 		ask = !left && !(d.skip && dr.drained && d.sticky.Load() == 0 && dr.state.Load() == stEmpty)
 		dr.mu.Unlock()
 		if !plain {
-			return true // returned: the hand-off acts on it
+			// Returned: the hand-off acts on it, closing the connection
+			// whichever state it finds. With input read ahead left it
+			// closes here: goCold drops the input, and a read deadline
+			// cleared meanwhile would have the hand-off keep the
+			// connection open without it.
+			h.keep = !left
+			return true
 		}
 		sc.startIdle(true)
 		sc.setState(StateIdle)

@@ -3,6 +3,7 @@ package netpoll
 import (
 	"errors"
 	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 
@@ -24,16 +25,20 @@ import (
 // only from that read to the Read that takes its last byte, so an idle
 // connection still holds none.
 //
-// The hot wait then never skips a read after a short one: while hot the
-// connection's own registration is disarmed, so nothing would tell it of
-// urgent data behind the mark a short read stopped at (desc's "Short
-// reads"); the read(2) before each park is the one package net makes.
+// After a short read ahead the wait after the call skips the read that
+// would find nothing, as the poller's reads do (desc's "Short reads"). A
+// TCP read also stops short at the urgent mark, and at a FIN or an error
+// after data it copied, with something still pending, and the runtime's
+// wakeup does not say which: so while hot the connection's own
+// registration watches for those conditions (watchesSticky).
 //
 // What is read ahead must come before anything read from the socket
 // later, so every way of reading it takes the buffer first: Read,
-// WriteTo and WaitRead do; a RawConn's Read and File, which would read the
-// socket behind the buffer's back, fail with ErrReadAhead while input is
-// read ahead. A connection whose fd user code has had (a RawConn's Control
+// WriteTo, ReadFrom from the connection and WaitRead do; a RawConn's Read
+// and File, which would read the socket behind the buffer's back, fail
+// with ErrReadAhead while input is read ahead. A RawConn's Control is not
+// guarded (it sets options): a function of it that reads the socket (a
+// MSG_PEEK) reads behind the buffer. A connection whose fd user code has had (a RawConn's Control
 // or Read, File: stickyRaw) never reads ahead again, and neither does a
 // unix socket, whose reads carry control messages a read(2) would drop
 // (readUnix). A group reads ahead with readahead=on, the default with
@@ -72,9 +77,11 @@ var readAheads = sync.Pool{New: func() any { return new(readAhead) }}
 
 // ErrReadAhead is what a RawConn's Read and File return, wrapped in a
 // *net.OpError, on a connection served on demand whose goroutine has read
-// input ahead for its handler that no Read has taken yet: reading the
-// socket then would take later bytes first. Read (or WriteTo) first; once
-// user code has the fd, the connection reads nothing ahead again.
+// input ahead for its handler that no Read has taken yet (or, from another
+// goroutine, is reading it): reading the socket then would take later
+// bytes first. Read (or WriteTo) first; once user code has the fd, the
+// connection reads nothing ahead again. A RawConn's Control is not
+// guarded: a function of it that reads the socket reads behind such input.
 var ErrReadAhead = errors.New("netpoll: input read ahead for the handler is pending; Read it first")
 
 // mayReadAhead reports whether d, a hot Server connection's, may read its
@@ -134,6 +141,10 @@ func (h *hotWait) readAhead(d *desc, fd int) (read, found bool) {
 		h.dropAhead()
 		return false, false
 	}
+	// The read sees whatever a ready edge of the poller's announced, as
+	// transfer's syscall does: left ready, the token would stop every
+	// skip of this hot period (serve skips only from empty).
+	d.rd.consume()
 	for {
 		n, err := unix.Read(fd, a.buf[:])
 		switch {
@@ -191,25 +202,51 @@ func (d *desc) aheadOf() *hotWait {
 	return nil
 }
 
-// flushAhead writes the input read ahead on c, if any, to w: WriteTo's
-// first step, so that a splice from the socket comes after it.
-func (c *Conn) flushAhead(w io.Writer) (int64, error) {
+// flushAhead writes the input read ahead on c, if any, to w, at most
+// limit bytes (-1: all): the first step of a copy from c (WriteTo, and
+// ReadFrom from c), so that a splice from the socket comes after it. What
+// w does not take stays read ahead. An error the read ahead kept is
+// returned (as Read would report it) and ends c's input, as Read's does.
+// It holds c's read direction while it writes, as a splice from c does.
+func (c *Conn) flushAhead(w io.Writer, limit int64) (int64, error) {
 	d := c.d
 	if err := d.begin(&d.rd); err != nil {
-		return 0, nil // WriteTo's own read reports it
+		return 0, nil // the copy's own read reports it
 	}
+	defer d.end(&d.rd)
 	h := d.aheadOf()
-	if h == nil || h.ahead.Load().err != nil {
-		d.end(&d.rd)
-		return 0, nil // an error kept: WriteTo's Read reports it
+	if h == nil {
+		return 0, nil
 	}
-	a := h.ahead.Swap(nil)
-	d.end(&d.rd)
-	n, err := w.Write(a.buf[a.lo:a.hi])
-	if err == nil && n < a.hi-a.lo {
+	a := h.ahead.Load()
+	if a.err != nil {
+		err := a.err
+		h.dropAhead()
+		d.rd.ended = true
+		return 0, os.NewSyscallError("read", err)
+	}
+	b := a.buf[a.lo:a.hi]
+	if limit >= 0 && int64(len(b)) > limit {
+		b = b[:limit]
+	}
+	n, err := w.Write(b)
+	if err == nil && n < len(b) {
 		err = io.ErrShortWrite
 	}
-	a.lo, a.hi = 0, 0
-	readAheads.Put(a)
+	if a.lo += n; a.lo == a.hi {
+		h.dropAhead()
+	}
 	return int64(n), err
+}
+
+// connOf returns the *Conn a copy reads from, if r is one (or hides one
+// from io.Copy: readerOnly).
+func connOf(r io.Reader) *Conn {
+	switch v := r.(type) {
+	case *Conn:
+		return v
+	case readerOnly:
+		return connOf(v.Reader)
+	}
+	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -379,6 +380,9 @@ func testStickyWindow(t *testing.T, at netpoll.HotPoint) {
 	heatAhead(t, s, c, stop)
 	var hold atomic.Bool
 	polled, resume := make(chan struct{}), make(chan struct{})
+	var letGo sync.Once
+	release1 := func() { letGo.Do(func() { close(resume) }) }
+	defer release1() // a failure must not leave the poller held: the group could not close
 	defer netpoll.SetStickyHook(func(net.Conn) {
 		if hold.CompareAndSwap(true, false) {
 			close(polled)
@@ -389,7 +393,7 @@ func testStickyWindow(t *testing.T, at netpoll.HotPoint) {
 		if p != at || !armed.CompareAndSwap(true, false) {
 			return
 		}
-		close(resume)
+		release1()
 		if await(stop, func() bool { return netpoll.Sticky(hc)&unix.EPOLLRDHUP != 0 }) {
 			fired.Store(true)
 		}
@@ -418,5 +422,84 @@ func testStickyWindow(t *testing.T, at netpoll.HotPoint) {
 	}
 	if !fired.Load() {
 		t.Fatal("the poller never stored the end of input in the window")
+	}
+}
+
+// TestServeReadAheadWatchAfterPark: the event that wakes a handler's
+// parked Read disarms the hot connection's registration (EPOLLONESHOT),
+// watch and all, so the poller re-arms the watch after it: a FIN that
+// comes later, queued behind the next input while the handler runs, is
+// seen by the poller (sticky), and the handler is called for it after the
+// short read ahead of that input. Without the re-arm the poller never
+// sees the FIN, and the wait after "abc" skips into a hang.
+func TestServeReadAheadWatchAfterPark(t *testing.T) {
+	reads := make(chan reviewRead, 8)
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	h := netpoll.HandlerFunc(func(c net.Conn) error {
+		var b [64]byte
+		n, err := c.Read(b[:])
+		switch {
+		case err != nil:
+			reads <- reviewRead{"", err}
+			return err
+		case string(b[:n]) == "part1":
+			if _, err := c.Write([]byte("go")); err != nil {
+				return err
+			}
+			if n, err = c.Read(b[:]); err != nil { // parks: the rest comes after "go"
+				return err
+			}
+		case string(b[:n]) == "block":
+			entered <- struct{}{}
+			<-release
+			return nil
+		case string(b[:n]) == "abc":
+			reads <- reviewRead{"abc", nil}
+			return nil
+		}
+		_, err = c.Write(b[:n])
+		return err
+	})
+	g, s, c, stop := hotFixture(t, h)
+	heatAhead(t, s, c, stop)
+	parks := netpoll.Counters(g).Total.ReadParks
+	write(t, c, "part1")
+	got := make([]byte, 5)
+	if _, err := io.ReadFull(c, got[:2]); err != nil || string(got[:2]) != "go" {
+		t.Fatalf("reply %q, %v; want go", got[:2], err)
+	}
+	if err := echo1(c, []byte("part2"), got); err != nil {
+		t.Fatal(err)
+	}
+	if n := netpoll.Counters(g).Total.ReadParks - parks; n != 1 {
+		t.Fatalf("the handler's Read parked %d times, want 1", n)
+	}
+	write(t, c, "block")
+	<-entered
+	write(t, c, "abc")
+	c.(*net.TCPConn).CloseWrite()
+	sc := serverSide(t, s, c)
+	seen := make(chan struct{})
+	go func() {
+		if await(stop, func() bool { return netpoll.Sticky(sc)&unix.EPOLLRDHUP != 0 }) {
+			close(seen)
+		}
+	}()
+	select {
+	case <-seen:
+	case <-time.After(10 * time.Second): // a bound only a hang reaches
+		close(release)
+		t.Fatal("the poller never saw the FIN: the watch was not re-armed after the handler's park")
+	}
+	close(release)
+	for _, want := range []error{nil, io.EOF} {
+		select {
+		case r := <-reads:
+			if r.err != want || (want == nil && r.s != "abc") {
+				t.Fatalf("the handler read %q, %v; want %q, then io.EOF", r.s, r.err, "abc")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the handler was never called for the end of input behind \"abc\" (want %v)", want)
+		}
 	}
 }

@@ -246,75 +246,33 @@ func TestReadAheadReviewRawReadOpError(t *testing.T) {
 	}
 }
 
-// TestReadAheadReviewModsPerRequest: a handler whose request comes in two
-// parts parks its second Read (after the first, short, the direction is
-// drained): one EPOLL_CTL_MOD to arm it, readahead=off. With readahead=on
-// the event that wakes it makes rearmAfterEvent arm the sticky watch again
-// (watchesSticky), a second EPOLL_CTL_MOD on the poller for every such
-// park, and likewise for a Write that parks: the watch costs a MOD per
-// park of a hot connection's handler, not once per hot period.
-func TestReadAheadReviewModsPerRequest(t *testing.T) {
-	for _, ahead := range []string{"off", "on"} {
-		t.Run(ahead, func(t *testing.T) { modsPerRequest(t, ahead) })
-	}
-}
-
-func modsPerRequest(t *testing.T, ahead string) {
-	h := netpoll.HandlerFunc(func(c net.Conn) error {
-		var b [64]byte
-		n, err := c.Read(b[:])
-		if err != nil {
-			return err
-		}
-		if string(b[:n]) != "part1" {
-			_, err = c.Write(b[:n])
-			return err
-		}
-		if _, err := c.Write([]byte("go")); err != nil {
-			return err
-		}
-		if n, err = c.Read(b[:]); err != nil {
-			return err
-		}
-		_, err = c.Write(b[:n])
-		return err
-	})
-	g, s, c, stop, _ := hotFixtureOf(t, "dispatch=hot,spin=off,readahead="+ahead, h)
-	heatAhead(t, s, c, stop)
-	got := make([]byte, 5)
-	mods0, parks0 := netpoll.Counters(g).Total.CtlMod, netpoll.Counters(g).Total.ReadParks
-	const n = 50
-	for range n {
-		write(t, c, "part1")
-		if _, err := io.ReadFull(c, got[:2]); err != nil || string(got[:2]) != "go" {
-			t.Fatalf("reply %q, %v; want go", got[:2], err)
-		}
-		if err := echo1(c, []byte("part2"), got); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tot := netpoll.Counters(g).Total
-	mods, parks := tot.CtlMod-mods0, tot.ReadParks-parks0
-	t.Logf("readahead=%s: %d requests, %d read parks, %d EPOLL_CTL_MOD", ahead, n, parks, mods)
-	if parks != n || mods != n {
-		t.Errorf("readahead=%s: %d read parks and %d EPOLL_CTL_MOD for %d requests; want one park and its arm per request", ahead, parks, mods, n)
-	}
-}
+// The review's TestReadAheadReviewModsPerRequest found that re-arming the
+// watch after a handler's park costs a second EPOLL_CTL_MOD per park
+// (rearmAfterEvent). Kept, and documented (DESIGN.md, "Read-ahead"):
+// re-arming it only before a skip would cost the same MOD whenever a skip
+// follows the park, the common case, and not re-arming it would lose the
+// watch for the rest of the hot period. An exact count is not
+// deterministic under -race (a lagging poller re-arms for the next park
+// too), so TestServeReadAheadWatchAfterPark pins what the re-arm is for.
 
 // TestReadAheadReviewControlPeek: a RawConn's Control hands the fd to user
 // code as its Read does, but only Read and File fail with ErrReadAhead:
 // a peek in Control (MSG_PEEK, as protocol sniffers do) with input read
-// ahead finds the socket empty where package net's finds the input. Lower
-// stakes than the others (Control is meant for options, and failing it
-// would break setsockopt), so the fix may be a sentence in Control's and
-// ErrReadAhead's documentation; it is here so that the choice is made.
+// ahead finds the socket empty where package net's finds the input.
+//
+// Kept, and documented (ErrReadAhead, SyscallConn): Control is meant for
+// options, and failing it while input is pending would fail setsockopt
+// calls at random. The test pins what is documented: the first peek reads
+// behind the input (EAGAIN), the next Read returns it, and once Control
+// has had the fd nothing is read ahead again, so the next call's peek
+// finds its input.
 func TestReadAheadReviewControlPeek(t *testing.T) {
 	type result struct {
 		peek      string
 		ctl, perr error
 		rest      string
 	}
-	results := make(chan result, 1)
+	results := make(chan result, 2)
 	h := firstByteHandler(map[byte]func(net.Conn) error{'P': func(c net.Conn) error {
 		var r result
 		rc, _ := c.(syscall.Conn).SyscallConn()
@@ -339,17 +297,20 @@ func TestReadAheadReviewControlPeek(t *testing.T) {
 	}})
 	_, s, c, stop := hotFixture(t, h)
 	heatAhead(t, s, c, stop)
-	write(t, c, "Pxyz")
-	var r result
-	select {
-	case r = <-results:
-	case <-stop:
-		t.Fatal("the handler never ran")
-	}
-	if r.rest != "xyz" {
-		t.Fatalf("Read after Control: %q, want xyz", r.rest)
-	}
-	if !errors.Is(r.ctl, netpoll.ErrReadAhead) && r.peek != r.rest {
-		t.Errorf("Control's peek with input read ahead: %q, %v (Control: %v); want %q (what the next Read returned), or Control failing with ErrReadAhead", r.peek, r.perr, r.ctl, r.rest)
+	for i, want := range []result{{perr: unix.EAGAIN, rest: "xyz"}, {peek: "abc", rest: "abc"}} {
+		write(t, c, "P"+want.rest)
+		var r result
+		select {
+		case r = <-results:
+		case <-stop:
+			t.Fatal("the handler never ran")
+		}
+		if r != want {
+			t.Errorf("call %d: Control's peek %q, %v (Control: %v), then Read %q; want %q, %v, nil, %q", i, r.peek, r.perr, r.ctl, r.rest, want.peek, want.perr, want.rest)
+		}
+		got := make([]byte, len(want.rest))
+		if _, err := io.ReadFull(c, got); err != nil || string(got) != want.rest {
+			t.Fatalf("reply %q, %v", got, err)
+		}
 	}
 }

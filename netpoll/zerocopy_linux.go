@@ -61,6 +61,19 @@ func (c *Conn) readFrom(orig io.Reader) (int64, error) {
 			return 0, nil
 		}
 	}
+	// Input a hot Server wait read ahead on a source of ours comes before
+	// what a splice would take from its socket (readahead_linux.go).
+	var ahead int64
+	if src := connOf(r); src != nil {
+		var err error
+		if ahead, err = src.flushAhead(writerOnly{c}, remain); remain > 0 {
+			remain -= ahead
+			lr.N = remain
+		}
+		if err != nil || remain == 0 {
+			return ahead, err
+		}
+	}
 	var n int64
 	var err error
 	var handled bool
@@ -73,12 +86,13 @@ func (c *Conn) readFrom(orig io.Reader) (int64, error) {
 		}
 	}
 	if !handled {
-		return io.Copy(writerOnly{c}, orig)
+		n, err = io.Copy(writerOnly{c}, orig)
+		return ahead + n, err
 	}
 	if limited {
 		lr.N = remain - n
 	}
-	return n, err
+	return ahead + n, err
 }
 
 // WriteTo implements io.WriterTo, which io.Copy uses before the
@@ -88,7 +102,7 @@ func (c *Conn) readFrom(orig io.Reader) (int64, error) {
 // writer it copies.
 func (c *Conn) WriteTo(w io.Writer) (int64, error) {
 	// Input a hot Server wait read ahead comes first (readahead_linux.go).
-	ahead, err := c.flushAhead(w)
+	ahead, err := c.flushAhead(w, -1)
 	if err != nil {
 		return ahead, c.opError("writeto", err)
 	}
