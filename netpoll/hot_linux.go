@@ -470,9 +470,10 @@ func (sc *serverConn) goCold(h *hotWait) {
 	s := sc.s
 	d := sc.desc()
 	d.dropHot()
-	// Input read ahead is left only when the connection is closing: a
-	// call left it closing or its read deadline past, which a hand-off
-	// closes on (readahead_linux.go). Only the owner stores it.
+	// Input read ahead is left only when the connection is to close: a
+	// call failed, panicked or closed it, or returned leaving it unable to
+	// go on, and serve then closes it (readahead_linux.go). Only the owner
+	// stores it.
 	if h.ahead.Load() != nil {
 		d.rd.mu.Lock()
 		h.dropAhead()

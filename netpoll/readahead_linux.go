@@ -38,12 +38,12 @@ import (
 // and File, which would read the socket behind the buffer's back, fail
 // with ErrReadAhead while input is read ahead. A RawConn's Control is not
 // guarded (it sets options): a function of it that reads the socket (a
-// MSG_PEEK) reads behind the buffer. A connection whose fd user code has had (a RawConn's Control
-// or Read, File: stickyRaw) never reads ahead again, and neither does a
-// unix socket, whose reads carry control messages a read(2) would drop
-// (readUnix). A group reads ahead with readahead=on, the default with
-// dispatch=hot and short-read skipping on (without it the descriptor does
-// not track who had the fd).
+// MSG_PEEK) reads behind the buffer. A connection whose fd user code has
+// had (a RawConn's Control or Read, File: stickyRaw) never reads ahead
+// again, and neither does a unix socket, whose reads carry control
+// messages a read(2) would drop (readUnix). A group reads ahead with
+// readahead=on, the default with dispatch=hot and short-read skipping on
+// (without it the descriptor does not track who had the fd).
 //
 // Invariants:
 //   - hotWait.ahead is stored with the read direction's mu held: the
@@ -183,7 +183,7 @@ func (h *hotWait) takeAhead(b []byte) (int, error) {
 	return n, nil
 }
 
-// dropAhead gives sc's buffer back to the pool, with the read direction's
+// dropAhead gives h's buffer back to the pool, with the read direction's
 // mu held.
 func (h *hotWait) dropAhead() {
 	if a := h.ahead.Swap(nil); a != nil {
@@ -192,9 +192,9 @@ func (h *hotWait) dropAhead() {
 	}
 }
 
-// aheadOf returns d's Server connection if it has input read ahead, with
-// the read direction's mu held; nil otherwise (any connection not served,
-// or served with nothing ahead).
+// aheadOf returns d's hot wait if it holds input read ahead, with the read
+// direction's mu held; nil otherwise (any connection not served hot, or
+// with nothing ahead).
 func (d *desc) aheadOf() *hotWait {
 	if h := d.hotw.Load(); h != nil && h.ahead.Load() != nil {
 		return h
