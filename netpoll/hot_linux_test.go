@@ -219,23 +219,28 @@ func TestServeHotClose(t *testing.T) {
 	}
 }
 
+// echoReporting echoes each call's one Read, and sends the error a Read
+// returns to errs before it returns it.
+func echoReporting(errs chan<- error) netpoll.Handler {
+	return netpoll.HandlerFunc(func(c net.Conn) error {
+		var buf [64]byte
+		n, err := c.Read(buf[:])
+		if err != nil {
+			errs <- err
+			return err
+		}
+		_, err = c.Write(buf[:n])
+		return err
+	})
+}
+
 // TestServeHotDeadline: a read deadline that passes while a hot connection
 // waits calls its handler, whose Read reports the timeout, as it does for
 // a cold one; one set in the future from another goroutine while it waits
 // changes nothing visible.
 func TestServeHotDeadline(t *testing.T) {
 	timedOut := make(chan error, 1)
-	h := netpoll.HandlerFunc(func(c net.Conn) error {
-		var buf [64]byte
-		n, err := c.Read(buf[:])
-		if err != nil {
-			timedOut <- err
-			return err
-		}
-		_, err = c.Write(buf[:n])
-		return err
-	})
-	_, s, c, stop := hotFixture(t, h)
+	_, s, c, stop := hotFixture(t, echoReporting(timedOut))
 	msg, got := []byte("dl"), make([]byte, 2)
 	if err := heat(c, "dl"); err != nil {
 		t.Fatal(err)

@@ -3,6 +3,7 @@ package netpoll_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -106,28 +107,6 @@ func TestServeReadAheadSmallReads(t *testing.T) {
 	}
 }
 
-// markHandler echoes each call's input, read in two Reads (one byte, then
-// the rest), but a call whose first byte is mark: that one calls f with
-// the rest still read ahead, and returns what f returns.
-func markHandler(mark byte, f func(c net.Conn) error) netpoll.Handler {
-	return netpoll.HandlerFunc(func(c net.Conn) error {
-		var b [64]byte
-		n, err := c.Read(b[:1])
-		if err != nil {
-			return err
-		}
-		if b[0] == mark {
-			return f(c)
-		}
-		m, err := c.Read(b[1:])
-		if err != nil {
-			return err
-		}
-		_, err = c.Write(b[:n+m])
-		return err
-	})
-}
-
 // TestServeReadAheadRaw: while input read ahead is pending, a RawConn's
 // Read and File fail with ErrReadAhead (they would read behind it) and
 // call nothing, WaitRead returns at once, and Read takes the rest in
@@ -142,7 +121,7 @@ func TestServeReadAheadRaw(t *testing.T) {
 		fileAfter, restErr error
 	}
 	results := make(chan result, 1)
-	h := markHandler('R', func(c net.Conn) error {
+	h := firstByteHandler(map[byte]func(net.Conn) error{'R': func(c net.Conn) error {
 		var b [64]byte
 		var r result
 		r.pending, _ = netpoll.ReadAhead(c)
@@ -161,7 +140,7 @@ func TestServeReadAheadRaw(t *testing.T) {
 		results <- r
 		_, err = c.Write([]byte("ok"))
 		return err
-	})
+	}})
 	_, s, c, stop := hotFixture(t, h)
 	heatAhead(t, s, c, stop)
 	if _, err := c.Write([]byte("Rread ahead")); err != nil {
@@ -211,29 +190,10 @@ func TestServeReadAheadRaw(t *testing.T) {
 // TestServeReadAheadWriteTo: WriteTo sends what was read ahead before
 // what it splices from the socket.
 func TestServeReadAheadWriteTo(t *testing.T) {
-	sinkL, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sinkL.Close()
-	sunk := make(chan string, 1)
-	go func() {
-		sc, err := sinkL.Accept()
-		if err != nil {
-			sunk <- err.Error()
-			return
-		}
-		defer sc.Close()
-		b, err := io.ReadAll(sc)
-		if err != nil {
-			sunk <- err.Error()
-			return
-		}
-		sunk <- string(b)
-	}()
+	sinkAddr, sunk := sinkListener(t)
 	copied := make(chan error, 1)
-	h := markHandler('W', func(c net.Conn) error {
-		sink, err := net.Dial("tcp", sinkL.Addr().String())
+	h := firstByteHandler(map[byte]func(net.Conn) error{'W': func(c net.Conn) error {
+		sink, err := net.Dial("tcp", sinkAddr)
 		if err != nil {
 			copied <- err
 			return err
@@ -242,7 +202,7 @@ func TestServeReadAheadWriteTo(t *testing.T) {
 		sink.Close()
 		copied <- err
 		return io.EOF
-	})
+	}})
 	_, s, c, stop := hotFixture(t, h)
 	heatAhead(t, s, c, stop)
 	if _, err := c.Write([]byte("Wfirst;")); err != nil {
@@ -266,17 +226,7 @@ func TestServeReadAheadWriteTo(t *testing.T) {
 // it: a *net.OpError "read" wrapping *os.SyscallError "read" ECONNRESET.
 func TestServeReadAheadReset(t *testing.T) {
 	errs := make(chan error, 1)
-	h := netpoll.HandlerFunc(func(c net.Conn) error {
-		var b [64]byte
-		n, err := c.Read(b[:])
-		if err != nil {
-			errs <- err
-			return err
-		}
-		_, err = c.Write(b[:n])
-		return err
-	})
-	_, s, c, stop := hotFixture(t, h)
+	_, s, c, stop := hotFixture(t, echoReporting(errs))
 	heatAhead(t, s, c, stop)
 	if err := c.(*net.TCPConn).SetLinger(0); err != nil {
 		t.Fatal(err)
@@ -409,17 +359,9 @@ func testStickyWindow(t *testing.T, at netpoll.HotPoint) {
 		t.Fatal("the poller never saw the end of input: the watch is not armed")
 	}
 	close(release)
-	for _, want := range []error{nil, io.EOF} {
-		select {
-		case r := <-reads:
-			if r.err != want || (want == nil && r.s != "abc") {
-				t.Fatalf("the handler read %q, %v; want %q, then io.EOF", r.s, r.err, "abc")
-			}
-		case <-time.After(10 * time.Second): // a bound only a hang reaches
-			t.Fatalf("the handler was never called for the end of input behind \"abc\" (want %v): hot %d, waiting hot %d, window seen %v",
-				want, netpoll.HotConns(s), netpoll.HotWaiting(s), fired.Load())
-		}
-	}
+	awaitAbcEOF(t, reads, func() string {
+		return fmt.Sprintf("hot %d, waiting hot %d, window seen %v", netpoll.HotConns(s), netpoll.HotWaiting(s), fired.Load())
+	})
 	if !fired.Load() {
 		t.Fatal("the poller never stored the end of input in the window")
 	}
@@ -492,6 +434,14 @@ func TestServeReadAheadWatchAfterPark(t *testing.T) {
 		t.Fatal("the poller never saw the FIN: the watch was not re-armed after the handler's park")
 	}
 	close(release)
+	awaitAbcEOF(t, reads, func() string { return "" })
+}
+
+// awaitAbcEOF waits for the handler's reads of "abc" and then of the end
+// of input queued behind it, within a bound only a hang reaches; state
+// says what the failure should tell.
+func awaitAbcEOF(t *testing.T, reads <-chan reviewRead, state func() string) {
+	t.Helper()
 	for _, want := range []error{nil, io.EOF} {
 		select {
 		case r := <-reads:
@@ -499,7 +449,7 @@ func TestServeReadAheadWatchAfterPark(t *testing.T) {
 				t.Fatalf("the handler read %q, %v; want %q, then io.EOF", r.s, r.err, "abc")
 			}
 		case <-time.After(10 * time.Second):
-			t.Fatalf("the handler was never called for the end of input behind \"abc\" (want %v)", want)
+			t.Fatalf("the handler was never called for the end of input behind \"abc\" (want %v) %s", want, state())
 		}
 	}
 }
