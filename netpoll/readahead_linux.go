@@ -203,11 +203,13 @@ func (d *desc) aheadOf() *hotWait {
 }
 
 // flushAhead writes the input read ahead on c, if any, to w, at most
-// limit bytes (-1: all): the first step of a copy from c (WriteTo, and
-// ReadFrom from c), so that a splice from the socket comes after it. What
-// w does not take stays read ahead. An error the read ahead kept is
-// returned (as Read would report it) and ends c's input, as Read's does.
-// It holds c's read direction while it writes, as a splice from c does.
+// limit bytes (-1: all): the first step of a splice from c (WriteTo to a
+// socket, and ReadFrom from c), so that what the splice takes from the
+// socket comes after it. What w does not take stays read ahead. An error
+// the read ahead kept is returned (as Read would report it) and ends c's
+// input, as Read's does. It holds c's read direction while w writes, as
+// the splice after it does, so w must be a socket's (a copy to any other
+// writer takes the input through Read).
 func (c *Conn) flushAhead(w io.Writer, limit int64) (int64, error) {
 	d := c.d
 	if err := d.begin(&d.rd); err != nil {
@@ -230,7 +232,10 @@ func (c *Conn) flushAhead(w io.Writer, limit int64) (int64, error) {
 		b = b[:limit]
 	}
 	n, err := w.Write(b)
-	if err == nil && n < len(b) {
+	switch {
+	case n < 0 || n > len(b):
+		return 0, errors.New("netpoll: invalid write result") // as io.Copy says
+	case err == nil && n < len(b):
 		err = io.ErrShortWrite
 	}
 	if a.lo += n; a.lo == a.hi {

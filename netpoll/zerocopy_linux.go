@@ -101,14 +101,16 @@ func (c *Conn) readFrom(orig io.Reader) (int64, error) {
 // ReadFrom would not splice from a reader it does not know); to any other
 // writer it copies.
 func (c *Conn) WriteTo(w io.Writer) (int64, error) {
-	// Input a hot Server wait read ahead comes first (readahead_linux.go).
-	ahead, err := c.flushAhead(w, -1)
-	if err != nil {
-		return ahead, c.opError("writeto", err)
-	}
-	var n int64
+	var ahead, n int64
+	var err error
 	handled := false
 	if dst, ok := spliceDest(w); ok {
+		// Input a hot Server wait read ahead comes before what the splice
+		// takes from the socket (readahead_linux.go); the copy below takes
+		// it through Read, which holds no lock while w writes.
+		if ahead, err = c.flushAhead(w, -1); err != nil {
+			return ahead, c.opError("writeto", err)
+		}
 		n, err, handled = splice(c.side(&c.d.rd), dst, -1, c.d.p)
 	}
 	if !handled {
