@@ -105,6 +105,10 @@ type hotWait struct {
 	aheads               uint64 // reads ahead that found something (readahead_linux.go); likewise
 	skips                uint64 // waits begun with no syscall after a drained read; likewise
 
+	// user is true while the owner runs user code (enterUser): a handler
+	// call or a ConnState hook. Server.Close does not wait for it then.
+	user atomic.Bool
+
 	// ahead is input the owner read for the handler, not yet taken by a
 	// Read; nil while none (readahead_linux.go). Stored with the read
 	// direction's mu held; File loads it without.
@@ -139,6 +143,9 @@ type hotSet struct {
 	max     int           // hotMaxConns or a quarter of the fd limit; 0 until the first add
 	tick    time.Duration // hotTick, read as the sweeper starts
 	conns   bool          // connsHot: Conns' hot reads (hotread_linux.go), not a Server's
+	// gone is broadcast by remove while awaitCold waits (awaiting > 0).
+	gone     *sync.Cond
+	awaiting int
 }
 
 // testHookHot, when set by a test, runs at the windows of a hot wait in
@@ -192,7 +199,10 @@ func (sc *serverConn) serveHot() (keep, returned bool) {
 	// The return that brought it here begins a wait, as a hand-off's
 	// would: the callback's first poll may park it.
 	sc.startIdle(true)
-	sc.setState(StateIdle)
+	if !h.idle() {
+		sc.goCold(h) // Close has begun: the hand-off finds the connection closed
+		return true, true
+	}
 	h.keep, h.returned, h.inCB = true, true, true
 	err := h.rc.Read(h.serveFn)
 	h.inCB = false
@@ -286,8 +296,13 @@ func (h *hotWait) serve(fd uintptr) bool {
 			// (watchesSticky).
 			d.stick(uint32(ev))
 		}
+		if !h.enterUser() {
+			return true // Close has begun: cold, and the hand-off finds it closed
+		}
 		h.calls++
-		if !sc.callIn(nil, 0) {
+		keep := sc.callIn(nil, 0)
+		h.user.Store(false)
+		if !keep {
 			h.keep = false
 			return true
 		}
@@ -310,7 +325,9 @@ func (h *hotWait) serve(fd uintptr) bool {
 			return true
 		}
 		sc.startIdle(true)
-		sc.setState(StateIdle)
+		if !h.idle() {
+			return true
+		}
 		if left || ask {
 			continue
 		}
@@ -323,6 +340,33 @@ func (h *hotWait) serve(fd uintptr) bool {
 		}
 		ask = true // a condition came since the skip: ask
 	}
+}
+
+// enterUser marks the start of user code on the owner (a handler call, a
+// ConnState hook), unless Server.Close has begun: then it reports false
+// and the owner runs none, but goes cold (the connection is closed). The
+// owner stores user before it loads closed, and Close stores closed
+// before it loads user (hotSet.awaitCold): either Close sees the owner in
+// user code and does not wait for it, or the owner sees Close and runs no
+// user code before it goes cold, which Close waits for.
+func (h *hotWait) enterUser() bool {
+	h.user.Store(true)
+	if h.sc.s.closed.Load() {
+		h.user.Store(false)
+		return false
+	}
+	return true
+}
+
+// idle reports the connection idle (setState, whose ConnState hook is user
+// code: enterUser), and false, reporting nothing, once Close has begun.
+func (h *hotWait) idle() bool {
+	if !h.enterUser() {
+		return false
+	}
+	h.sc.setState(StateIdle)
+	h.user.Store(false)
+	return true
 }
 
 // park announces a wait and returns false (RawConn.Read then waits), or,
@@ -628,6 +672,40 @@ func (hs *hotSet) remove(h *hotWait) {
 	hs.list = hs.list[:len(hs.list)-1]
 	if len(hs.list) == 0 && hs.ticking && hs.timer.Stop() {
 		hs.ticking = false // nothing to sweep: no timer fires into an idle Server
+	}
+	if hs.awaiting > 0 {
+		hs.gone.Broadcast()
+	}
+}
+
+// awaitCold waits until every hot connection whose owner runs no user
+// code as it looks has gone cold, its dup closed: Server.Close calls it
+// after it stored closed and closed the connections, which kicks their
+// waits. An owner not in user code then reaches goCold running none
+// (enterUser says why); one in user code (a handler, which may block on
+// anything, or a ConnState hook, which may wait for the goroutine calling
+// Close) is not waited for, and closes its dup when that code returns.
+func (hs *hotSet) awaitCold() {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	var owed []*hotWait
+	for _, h := range hs.list {
+		if !h.user.Load() {
+			owed = append(owed, h)
+		}
+	}
+	if len(owed) == 0 {
+		return
+	}
+	if hs.gone == nil {
+		hs.gone = sync.NewCond(&hs.mu)
+	}
+	hs.awaiting++
+	defer func() { hs.awaiting-- }()
+	for _, h := range owed {
+		for h.idx < len(hs.list) && hs.list[h.idx] == h {
+			hs.gone.Wait()
+		}
 	}
 }
 

@@ -691,3 +691,113 @@ func heat(c net.Conn, msg string) error {
 	}
 	return nil
 }
+
+// TestServeHotCloseWaits: Server.Close returns with every hot connection
+// whose goroutine ran no user code gone cold, its dup closed (none of them
+// still hot as it returns), and without waiting for a hot connection whose
+// handler runs: that handler is released only after Close has returned,
+// and its connection then goes cold too.
+func TestServeHotCloseWaits(t *testing.T) {
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	h := netpoll.HandlerFunc(func(c net.Conn) error {
+		var b [64]byte
+		n, err := c.Read(b[:])
+		if err != nil {
+			return err
+		}
+		if string(b[:n]) == "block" {
+			entered <- struct{}{}
+			<-release
+			return nil
+		}
+		_, err = c.Write(b[:n])
+		return err
+	})
+	_, s, c, stop := hotFixture(t, h)
+	c2 := dialHot(t, s, c, stop)
+	write(t, c2, "block")
+	<-entered // c2's handler runs: its connection is hot, its goroutine in user code
+	closeReturns(t, s, stop, func() { close(release) })
+	if n := netpoll.HotConns(s); n != 1 {
+		t.Errorf("%d connections hot as Close returned, want 1 (the one whose handler runs; the waiting one gone cold)", n)
+	}
+	close(release)
+	if !await(stop, func() bool { return netpoll.HotConns(s) == 0 }) {
+		t.Fatalf("%d connections hot after the handler returned", netpoll.HotConns(s))
+	}
+}
+
+// TestServeHotCloseHook: a ConnState hook that waits for a lock the
+// goroutine calling Server.Close holds (a hot connection going idle after
+// its call) does not deadlock Close: the goroutine in the hook runs user
+// code, which Close does not wait for.
+func TestServeHotCloseHook(t *testing.T) {
+	var mu sync.Mutex
+	var armed atomic.Bool
+	inHook := make(chan struct{}, 1)
+	t.Cleanup(netpoll.SetHotTick(time.Hour))
+	g := newGroup(t, cfgOf(t, "dispatch=hot,spin=off"))
+	l := listen(t, g, "tcp")
+	s := &netpoll.Server{Handler: echoHandler, ConnState: func(_ net.Conn, st netpoll.ConnState) {
+		if st == netpoll.StateIdle && armed.CompareAndSwap(true, false) {
+			inHook <- struct{}{}
+			mu.Lock() // held by the goroutine that calls Close
+			mu.Unlock()
+		}
+	}}
+	serveOn(t, s, l)
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	done, stop := watchdog(t, time.Minute)
+	defer done()
+	c2 := dialHot(t, s, c, stop)
+	mu.Lock()
+	armed.Store(true)
+	write(t, c2, "x") // its call returns, and the hot wait reports it idle
+	<-inHook
+	closeReturns(t, s, stop, mu.Unlock)
+	mu.Unlock()
+	if !await(stop, func() bool { return netpoll.HotConns(s) == 0 }) {
+		t.Fatalf("%d connections hot after the hook returned", netpoll.HotConns(s))
+	}
+}
+
+// dialHot makes c (a client of s) and a second client hot and waiting,
+// and returns the second.
+func dialHot(t *testing.T, s *netpoll.Server, c net.Conn, stop <-chan struct{}) net.Conn {
+	t.Helper()
+	c2, err := net.Dial("tcp", c.RemoteAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c2.Close() })
+	for _, cc := range []net.Conn{c, c2} {
+		if err := heat(cc, "hc"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !await(stop, func() bool { return netpoll.HotConns(s) == 2 && netpoll.HotWaiting(s) == 2 }) {
+		t.Fatalf("%d hot, %d waiting: want both hot and waiting", netpoll.HotConns(s), netpoll.HotWaiting(s))
+	}
+	return c2
+}
+
+// closeReturns calls s.Close and fails if it does not return before the
+// watchdog (then unblock runs first, so that the test can end).
+func closeReturns(t *testing.T, s *netpoll.Server, stop <-chan struct{}, unblock func()) {
+	t.Helper()
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-stop:
+		unblock()
+		t.Fatal("Close waited for user code")
+	}
+}

@@ -139,7 +139,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 
 // Close closes s's listeners and every connection at once, running
 // handlers' too (their Reads and Writes fail with net.ErrClosed). It does
-// not wait for them.
+// not wait for running handlers or ConnState hooks. A busy connection's
+// goroutine that runs neither when Close begins goes idle without running
+// any, and Close waits for it to close the second fd it held
+// (dispatch=hot), so that Close returns with those fds closed.
 func (s *Server) Close() error {
 	s.closed.Store(true)
 	s.mu.Lock()
@@ -152,6 +155,7 @@ func (s *Server) Close() error {
 	for _, c := range all {
 		c.Close()
 	}
+	s.hot.awaitCold() // the dups of busy connections that ran no user code are closed
 	return err
 }
 

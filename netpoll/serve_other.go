@@ -25,6 +25,9 @@ type serverConn struct {
 // hotSet is dispatch=hot's, which this OS does not have.
 type hotSet struct{}
 
+// awaitCold has no hot connection to wait for.
+func (hotSet) awaitCold() {}
+
 // attach has nothing to do here: no connection is served on demand.
 func (sc *serverConn) attach() {}
 
