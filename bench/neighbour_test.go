@@ -144,7 +144,7 @@ func serveOnDemand(l net.Listener, block time.Duration) {
 			return err
 		}
 		if buf[0] == 'S' {
-			time.Sleep(block) // a backend call, as in serveBlocking
+			time.Sleep(block) // the behaviour under test: a backend call, as in serveBlocking
 		}
 		_, err := c.Write(buf[:])
 		return err

@@ -50,13 +50,16 @@ func (c *Conn) Read(b []byte) (int, error) {
 	var n int
 	var err error
 	cold := true
-	if h := d.aheadOf(); h != nil {
-		// Input a hot Server wait read for the handler (readahead_linux.go).
-		n, err = h.takeAhead(b)
-		cold = false
-	} else if h := d.hotw.Load(); h != nil && h.sc == nil {
-		// Busy: read as package net does (hotread_linux.go).
-		n, err, cold = d.readHot(h, b)
+	if h := d.hotw.Load(); h != nil {
+		switch {
+		case h.sc == nil:
+			// Busy: read as package net does (hotread_linux.go).
+			n, err, cold = d.readHot(h, b)
+		case h.ahead.Load() != nil:
+			// Input a hot Server wait read for the handler (readahead_linux.go).
+			n, err = h.takeAhead(b)
+			cold = false
+		}
 	}
 	switch {
 	case !cold:

@@ -106,7 +106,8 @@ type hotWait struct {
 	skips                uint64 // waits begun with no syscall after a drained read; likewise
 
 	// user is true while the owner runs user code (enterUser): a handler
-	// call or a ConnState hook. Server.Close does not wait for it then.
+	// call or a ConnState hook. Stored by the owner only; Server.Close
+	// (hotSet.awaitCold) loads it and does not wait for the owner then.
 	user atomic.Bool
 
 	// ahead is input the owner read for the handler, not yet taken by a
@@ -143,7 +144,8 @@ type hotSet struct {
 	max     int           // hotMaxConns or a quarter of the fd limit; 0 until the first add
 	tick    time.Duration // hotTick, read as the sweeper starts
 	conns   bool          // connsHot: Conns' hot reads (hotread_linux.go), not a Server's
-	// gone is broadcast by remove while awaitCold waits (awaiting > 0).
+	// gone is broadcast by remove while awaitCold waits (awaiting > 0);
+	// both guarded by mu, gone made by the first awaitCold.
 	gone     *sync.Cond
 	awaiting int
 }

@@ -66,7 +66,8 @@ func (c *Conn) readFrom(orig io.Reader) (int64, error) {
 	var ahead int64
 	if src := connOf(r); src != nil {
 		var err error
-		if ahead, err = src.flushAhead(writerOnly{c}, remain); remain > 0 {
+		ahead, err = src.flushAhead(writerOnly{c}, remain)
+		if limited {
 			remain -= ahead
 			lr.N = remain
 		}
