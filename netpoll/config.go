@@ -188,6 +188,10 @@ type settings struct {
 	// netpoller (dispatch=hot, hot_linux.go): the default with mode=et
 	// and wait=nested.
 	hotDispatch bool
+	// loopDispatch: a Server's handlers run on the poller's own thread,
+	// one after another, with a watchdog (dispatch=loop, wait=block only;
+	// serveloop_linux.go).
+	loopDispatch bool
 	// hotRead: a Conn's reads wait on the runtime's netpoller while the
 	// connection stays busy (hotread, hotread_linux.go).
 	hotRead hotReadKind
@@ -240,6 +244,7 @@ type knobs struct {
 	goCalls     bool // dispatch=go
 	hotCalls    bool // dispatch=hot
 	inlineCalls bool // dispatch=inline, said outright
+	loopCalls   bool // dispatch=loop
 	hotRead     hotReadKind
 	hotReadSet  bool // hotread given, other than "default"
 	aheadOff    bool // readahead=off
@@ -340,8 +345,10 @@ func (k *knobs) parse(key, v string) error {
 			k.goCalls = true
 		case "hot":
 			k.hotCalls = true
+		case "loop":
+			k.loopCalls = true
 		default:
-			return &ConfigError{key, v, "want hot (the default with mode=et and wait=nested), inline or go"}
+			return &ConfigError{key, v, "want hot (the default with mode=et and wait=nested), inline, loop or go"}
 		}
 	case "hotread":
 		if v == "default" {
@@ -412,6 +419,8 @@ func (k knobs) experiment() string {
 			v = "hot"
 		case key == "dispatch" && k.inlineCalls:
 			v = "inline"
+		case key == "dispatch" && k.loopCalls:
+			v = "loop"
 		case key == "hotread" && k.hotReadSet:
 			v = k.hotRead.String()
 		case key == "readahead" && k.aheadOn:
@@ -452,8 +461,10 @@ func (k knobs) experiment() string {
 //	           netpoller through a dup of its fd, and an idle one goes
 //	           back to the poller with no goroutine (mode=et only);
 //	           inline, a handler runs on the goroutine that polled
-//	           (wait=nested); go, each call that starts after a wait
-//	           starts a goroutine of its own
+//	           (wait=nested); loop, handlers run one after another on
+//	           the poller's own thread, and a watchdog hands the loop to
+//	           a new thread when one blocks (wait=block only); go, each
+//	           call that starts after a wait starts a goroutine of its own
 //	hotread    auto (the default with mode=et, wait=nested and no fixed
 //	           spin budget), on or off, for connections that are not
 //	           served (Listen's, Dial's TCP): on, a connection whose read
@@ -537,15 +548,16 @@ func (c Config) settings() (settings, error) {
 		return settings{}, both("spin", "DisableSpin")
 	}
 	s := settings{
-		pollers:     max(c.Pollers, k.pollers, DefaultPollers),
-		sharing:     max(c.Sharing, k.sharing),
-		mode:        k.mode,
-		wait:        k.wait,
-		spin:        k.spin,
-		busyPoll:    k.busyPoll,
-		shortRead:   !k.readOff,
-		goDispatch:  k.goCalls,
-		hotDispatch: k.hotCalls,
+		pollers:      max(c.Pollers, k.pollers, DefaultPollers),
+		sharing:      max(c.Sharing, k.sharing),
+		mode:         k.mode,
+		wait:         k.wait,
+		spin:         k.spin,
+		busyPoll:     k.busyPoll,
+		shortRead:    !k.readOff,
+		goDispatch:   k.goCalls,
+		hotDispatch:  k.hotCalls,
+		loopDispatch: k.loopCalls,
 	}
 	if s.wait == waitDefault {
 		s.wait = waitNested
@@ -553,7 +565,7 @@ func (c Config) settings() (settings, error) {
 			s.wait = waitBlock
 		}
 	}
-	if !k.goCalls && !k.hotCalls && !k.inlineCalls {
+	if !k.goCalls && !k.hotCalls && !k.inlineCalls && !k.loopCalls {
 		// Measured (issue 35, testdata/issue35/hot): hot makes package
 		// net's syscalls per request and spent 0.92-1.25x its CPU per
 		// request across the cells, where inline dispatch spent
@@ -574,6 +586,11 @@ func (c Config) settings() (settings, error) {
 		// waits on the runtime, and armed per park as oneshot arms; lt
 		// keeps reading armed, and oneshot would need its own way back.
 		return settings{}, &ConfigError{"dispatch", "hot", "needs mode=et (the default): a hot connection's own registration is disarmed while it waits on the runtime's netpoller"}
+	case s.loopDispatch && s.wait != waitBlock:
+		// The loop is the blocking wait's own thread: a nested poller's
+		// handlers run inline already (dispatch=inline), and waitInline
+		// has no loop.
+		return settings{}, &ConfigError{"dispatch", "loop", "needs wait=block: the loop runs handlers on the poller's own thread, which only wait=block has"}
 	case s.wait == waitBlock && k.spinAuto:
 		// A poller on a locked OS thread yields its P to another thread and
 		// back on each spin poll, paying the context switches of the block

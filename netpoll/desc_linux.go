@@ -102,20 +102,31 @@ type dir struct {
 func (d *desc) notify(dr *dir) (woke bool) { return d.ready(dr, nil) }
 
 // edge is notify for an edge a poll found: a served connection is queued
-// on the role of a poller that runs handlers inline, whose holder made the
-// poll and runs it after (serverole_linux.go). Only dispatch calls it.
+// on the role of a poller that runs handlers inline or on its loop, whose
+// holder made the poll and runs it after (serverole_linux.go,
+// serveloop_linux.go). Only dispatch calls it.
 func (d *desc) edge(dr *dir) (woke bool) {
-	sr := d.p.serve
 	if dr != &d.rd {
-		sr = nil
+		return d.ready(dr, nil)
 	}
-	return d.ready(dr, sr)
+	if lp := d.p.loop; lp != nil {
+		return d.ready(dr, lp)
+	}
+	if sr := d.p.serve; sr != nil {
+		return d.ready(dr, sr)
+	}
+	return d.ready(dr, nil)
 }
 
+// queuer is a role whose holder runs the served connections its poll
+// readied: serveRole or loopRole. A nil queuer is an untyped nil: the
+// callers pass a role only when there is one.
+type queuer interface{ queued(sc *serverConn) }
+
 // ready moves dr to stReady: it wakes the operation waiting, or takes an
-// idle served connection, which sr's holder runs (sr not nil) or a new
+// idle served connection, which q's holder runs (q not nil) or a new
 // goroutine does.
-func (d *desc) ready(dr *dir, sr *serveRole) (woke bool) {
+func (d *desc) ready(dr *dir, q queuer) (woke bool) {
 	if dr.state.Load() == stReady {
 		return false
 	}
@@ -124,8 +135,8 @@ func (d *desc) ready(dr *dir, sr *serveRole) (woke bool) {
 		d.send(dr)
 		return true
 	case stServe:
-		if sr != nil {
-			sr.queued(d.srv.Load())
+		if q != nil {
+			q.queued(d.srv.Load())
 		} else {
 			d.srv.Load().start(true)
 		}
@@ -447,6 +458,11 @@ func (d *desc) awaitReady(dr *dir) (parked bool, err error) {
 				d.p.st.op(d.fd, cReadParks)
 			} else {
 				d.p.st.op(d.fd, cWriteParks)
+			}
+			if lp := d.p.loop; lp != nil && dr == &d.rd {
+				if sc := d.srv.Load(); sc != nil {
+					lp.passOnPark(sc)
+				}
 			}
 			if iw := d.p.inline; iw != nil {
 				timedOut = iw.park(dr)

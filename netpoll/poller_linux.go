@@ -39,6 +39,7 @@ type poller struct {
 	auto     *autoSpin     // adaptive spinning's state, nil otherwise
 	inline   *inlineWait   // waitInline's role, nil otherwise
 	serve    *serveRole    // waitNested's loop as a role (serverole_linux.go), nil with dispatch=go or hot
+	loop     *loopRole     // dispatch=loop: a Server's handlers run on the blocking wait's thread (serveloop_linux.go), nil otherwise
 	hot      bool          // dispatch=hot: a Server's connections wait on the runtime's netpoller while busy (hot_linux.go)
 	hotRead  hotReadKind   // hotread: its Conns' reads wait on the runtime's netpoller while busy (hotread_linux.go)
 
@@ -142,6 +143,8 @@ func newPoller(id int, cfg settings) (_ *poller, err error) {
 		if p.inline, err = newInlineWait(p); err != nil {
 			return nil, err
 		}
+	case p.strategy == waitBlock && cfg.loopDispatch:
+		p.loop = newLoopRole(p)
 	case p.strategy == waitNested && !cfg.goDispatch && !cfg.hotDispatch:
 		if p.serve, err = newServeRole(p); err != nil {
 			return nil, err
@@ -200,6 +203,10 @@ func (p *poller) start() error {
 			go p.serve.pool.work(p.serve.newWorker(), job{kind: jobHold})
 			return nil
 		}
+	}
+	if p.loop != nil {
+		p.loop.start() // its last holder closes p.stopped
+		return nil
 	}
 	go func() {
 		defer close(p.stopped)

@@ -105,7 +105,11 @@ func (s *Server) serve(c net.Conn) {
 // before the first call (an edge started it, and edges may be stale). sr
 // is the role this goroutine holds out, with the role's word out, when it
 // runs sc inline (serveRole.runNext); nil on a goroutine of its own.
-func (sc *serverConn) run(check bool, sr *serveRole, out uint64) {
+func (sc *serverConn) run(check bool, sr *serveRole, out uint64) { sc.runOn(check, sr, out, nil, 0) }
+
+// runOn is run, and for a run on a poller's loop (serveloop_linux.go) the
+// loop's role and the word of the run, mine.
+func (sc *serverConn) runOn(check bool, sr *serveRole, out uint64, lp *loopRole, mine uint64) {
 	d := sc.desc()
 	if d.p.inline != nil {
 		// Started by an edge, it may be what a waitInline holder's poll
@@ -115,7 +119,7 @@ func (sc *serverConn) run(check bool, sr *serveRole, out uint64) {
 	}
 	// timed: a call on a goroutine of its own, of a poller that runs
 	// handlers inline, is timed for demotion.
-	timed := sr == nil && d.p.serve != nil
+	timed := sr == nil && lp == nil && (d.p.serve != nil || d.p.loop != nil)
 	returned := false
 	for !d.closing() && !sc.s.closed.Load() {
 		if check || returned {
@@ -142,6 +146,17 @@ func (sc *serverConn) run(check bool, sr *serveRole, out uint64) {
 					sc.demote()
 				}
 				sr, timed = nil, true
+			}
+		case lp != nil:
+			sc.s.stats.inlineCalls.Add(1)
+			if lp.word.Load() != mine {
+				// The role went on while the handler ran: the rest of
+				// this run is on a goroutine of its own, and a run the
+				// watchdog took had blocked.
+				if lp.displaced(mine) {
+					sc.demote()
+				}
+				lp, timed = nil, true
 			}
 		case timed:
 			sc.s.stats.workerCalls.Add(1)

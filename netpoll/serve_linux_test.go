@@ -143,8 +143,9 @@ func roundTrip(t *testing.T, c net.Conn, msg []byte) {
 
 // eachServeConfig runs f on a group of every registration mode, with
 // short-read skipping on (the hand-off may skip its socket check) and off
-// (it always checks), on one whose handlers wait inline (wait=inline), and
-// on one whose handlers run on the role's goroutine (dispatch=inline).
+// (it always checks), on one whose handlers wait inline (wait=inline), on
+// one whose handlers run on the role's goroutine (dispatch=inline), and on
+// one whose handlers run on the poller's loop (dispatch=loop).
 func eachServeConfig(t *testing.T, f func(t *testing.T, cfg netpoll.Config)) {
 	for _, m := range modes {
 		for _, sr := range []string{"on", "off"} {
@@ -160,6 +161,10 @@ func eachServeConfig(t *testing.T, f func(t *testing.T, cfg netpoll.Config)) {
 	// the default before it, are served here.
 	t.Run("mode=et/dispatch=inline", func(t *testing.T) {
 		f(t, cfgOf(t, "dispatch=inline"))
+	})
+	// Handlers run on the blocking wait's thread, one after another.
+	t.Run("mode=et/dispatch=loop", func(t *testing.T) {
+		f(t, cfgOf(t, "wait=block,dispatch=loop"))
 	})
 }
 

@@ -59,8 +59,9 @@ func TestServeSoak(t *testing.T) {
 // netpoll (a sleep of up to 2 ms before one echo in three, as a backend call
 // would), at GOMAXPROCS 1 and 2, with connections served hot (the default,
 // with spinning and without), handlers run inline (dispatch=inline, with
-// spinning and without) and on a goroutine per call (dispatch=go): the role
-// passes on while a handler sleeps, connections are demoted and promoted,
+// spinning and without), on the poller's loop (dispatch=loop) and on a
+// goroutine per call (dispatch=go): the role passes on while a handler
+// sleeps (the loop's watchdog takes it), connections are demoted and promoted,
 // batches spread to workers. Nothing may be lost or left hanging, and
 // Shutdown and Group.Close must leave no goroutine (the pool's workers and
 // watcher included) and no fd.
@@ -74,7 +75,7 @@ func TestServeSoakBlocking(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("%d connections × %d messages per configuration, seed %d", conns, rounds, seed)
 	for _, procs := range []int{1, 2} {
-		for _, exp := range []string{"", "spin=off", "dispatch=inline", "dispatch=inline,spin=off", "dispatch=go"} {
+		for _, exp := range []string{"", "spin=off", "dispatch=inline", "dispatch=inline,spin=off", "dispatch=go", "wait=block,dispatch=loop"} {
 			t.Run(fmt.Sprintf("procs=%d/%s", procs, exp), func(t *testing.T) {
 				defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
 				serveSoakWith(t, cfgOf(t, exp), conns, rounds, seed, true)

@@ -22,6 +22,7 @@ type pollerStats struct {
 	LevelDisarms, Accepts, AcceptEAGAIN, AcceptBackoffs                 uint64
 	Rotations, AcceptTurns                                              uint64
 	HotEntries, HotExits, HotRefused                                    uint64
+	LoopTakeovers, LoopPasses, LoopTicks                                uint64
 	Sendfiles, SendfileBytes, Splices, SpliceBytes                      uint64
 	Descriptors, Conns                                                  uint64
 }
@@ -100,6 +101,9 @@ const (
 	cHotEntries
 	cHotExits
 	cHotRefused
+	cLoopTakeovers
+	cLoopPasses
+	cLoopTicks
 
 	numCounters
 )
@@ -145,6 +149,9 @@ func (s *pollerStats) counters() [numCounters]*uint64 {
 		cHotEntries:     &s.HotEntries,
 		cHotExits:       &s.HotExits,
 		cHotRefused:     &s.HotRefused,
+		cLoopTakeovers:  &s.LoopTakeovers,
+		cLoopPasses:     &s.LoopPasses,
+		cLoopTicks:      &s.LoopTicks,
 		cAccepts:        &s.Accepts,
 		cAcceptEAGAIN:   &s.AcceptEAGAIN,
 		cAcceptBackoffs: &s.AcceptBackoffs,
@@ -268,6 +275,9 @@ var statTable = func() []stat {
 	counter("/netpoll/hot/entries:conns", "hotread: times a connection's reads went to the runtime's netpoller, through a dup of its fd, as it became busy.", cHotEntries)
 	counter("/netpoll/hot/exits:conns", "hotread: times a connection's reads came back to the poller (a sweep found it idle, GOMAXPROCS fell to 1 under auto) or it closed hot.", cHotExits)
 	counter("/netpoll/hot/refused:conns", "hotread: times a busy connection stayed on the poller: the process's hot connections at their bound, or the dup or epoll_ctl failed.", cHotRefused)
+	counter("/netpoll/loop/takeovers:calls", "dispatch=loop: runs the watchdog took from the loop after they lasted through a whole tick (2 ms), a handler blocked; a new goroutine runs the loop.", cLoopTakeovers)
+	counter("/netpoll/loop/passes:calls", "dispatch=loop: times the loop passed to a new goroutine because its handler parked in a Read of its own connection, or ended its goroutine.", cLoopPasses)
+	counter("/netpoll/loop/ticks:calls", "dispatch=loop: the watchdog's wakeups, one per tick (2 ms) while the loop runs connections.", cLoopTicks)
 	counter("/netpoll/accept/eagain:calls", "accept4 calls that found no connection: a woken acceptor another beat to it.", cAcceptEAGAIN)
 	counter("/netpoll/accept/backoffs:calls", "Accept back-offs while out of descriptors or memory.", cAcceptBackoffs)
 	counter("/netpoll/accept/rotations:calls", "Exclusive listener registrations re-queued for balance.", cRotations)

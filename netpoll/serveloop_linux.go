@@ -1,0 +1,279 @@
+package netpoll
+
+import (
+	"context"
+	"runtime"
+	"runtime/pprof"
+	"sync/atomic"
+	"time"
+)
+
+// The loop (dispatch=loop, wait=block only): a Server's handlers run on the
+// poller's own thread, one after another, as a callback library's event
+// loop runs its callbacks.
+//
+// Why. Every other dispatch readies a goroutine per request: the runtime
+// then wakes a second thread whenever a P is idle, and the goroutine runs
+// on whichever thread finds it. A serial loop on one locked thread wakes
+// nobody while requests keep coming: the thread polls, runs each ready
+// connection's handler, and polls again. Measured on echo at 50 connections
+// (testdata/issue35/loop): the loop spent 0.85x package net's CPU per
+// request unpinned, gnet's 0.83x, where dispatch=hot spent 0.96x.
+//
+// The role. Whoever runs the loop holds the role; the role's word says
+// what the holder does:
+//
+//	even   the holder polls, or moves between connections
+//	odd    the holder runs a connection (serverConn.run: its hand-offs and
+//	       handler calls)
+//
+// The word grows by one at every move, so a value names one run. Only the
+// holder makes it odd (loopRole.run). Three things make it even again, each
+// with a CAS from the run's value, so that exactly one of them wins:
+//
+//   - the holder, when the run returns (it keeps the role);
+//   - the watchdog, when the same run has lasted through a whole tick
+//     (loopTick): a takeover; the holder's goroutine finishes its run as a
+//     goroutine of its own and exits, and a new goroutine holds the role;
+//   - the holder itself, as its handler parks in a Read of the connection
+//     it runs (passOnPark): the park would wait for a poll that only the
+//     loop makes. The goroutine stays with its connection, as a goroutine
+//     of its own.
+//
+// A handler that ends its goroutine (runtime.Goexit) in a run passes the
+// role on the same way, from the loop's deferred call.
+//
+// The queue, the poll step and the poller's events belong to the role:
+// only the holder touches them, and the CAS that passes the role orders
+// the old holder's last touch before the new holder's first (the new one is
+// started after the CAS, by its winner).
+//
+// Invariants: one goroutine holds the role; a connection on the queue is
+// owned by the role and leaves it for exactly one run (by the holder, or on
+// a goroutine of its own when it is demoted or the poller stops); a run
+// displaced by the watchdog demotes its connection (demoteRuns calls on a
+// goroutine of their own before it runs on the loop again).
+type loopRole struct {
+	p    *poller
+	word atomic.Uint64
+	// running is the connection of the run the word names while it is
+	// odd; stored by the holder before the word moves to odd. passOnPark
+	// loads the word, then running: a new holder stores running before
+	// its own odd word, so an odd word seen with running == sc is sc's run.
+	running atomic.Pointer[serverConn]
+	// blocked is the word of the run the watchdog took, stored before its
+	// CAS: the run's owner reads it once it sees the word moved, to tell
+	// a takeover (demote) from a park's pass (not).
+	blocked atomic.Uint64
+
+	// Owned by the role's holder.
+	step  pollStep
+	queue []*serverConn
+	head  int
+
+	dogAsleep atomic.Bool   // the watchdog sleeps until the loop runs a connection
+	dogWake   chan struct{} // capacity 1: the send that wakes it
+	quit      chan struct{} // closed once the loop has stopped
+}
+
+// loopTick is the watchdog's period: a run that lasts through a whole tick
+// is taken over, so a handler that blocks holds the other connections up
+// for at most two ticks (the run may begin just after a tick), plus the
+// time the runtime takes to run the watchdog. The watchdog wakes once per
+// tick while the loop runs connections, and sleeps through a tick in
+// which none ran: 500 wakeups a second at most, where a timer per run would
+// cost one per request (a timer that comes due earlier than the
+// runtime's netpoller sleeps breaks its sleep).
+const loopTick = 2 * time.Millisecond
+
+func newLoopRole(p *poller) *loopRole {
+	return &loopRole{p: p, step: pollStep{p: p, spins: true}, queue: make([]*serverConn, 0, pollBatch),
+		dogWake: make(chan struct{}, 1), quit: make(chan struct{})}
+}
+
+// queued is notify's part for a served connection whose read direction the
+// holder's poll moved out of serve: the role owns it now, and runs it after
+// the poll.
+func (lp *loopRole) queued(sc *serverConn) { lp.queue = append(lp.queue, sc) }
+
+// start runs the first holder and the watchdog.
+func (lp *loopRole) start() {
+	go lp.watchdog()
+	go lp.run()
+}
+
+// run is the loop, for the goroutine that holds the role: the queue, then
+// a poll, until the poller stops (it closes p.stopped) or the role passes
+// on while this goroutine runs a connection (it exits, its run finished).
+func (lp *loopRole) run() {
+	runtime.LockOSThread()
+	var mine uint64 // the word of this goroutine's run, while it runs one
+	done := false
+	defer func() {
+		if !done && mine != 0 && lp.word.CompareAndSwap(mine, mine+1) {
+			// A handler ended the goroutine (runtime.Goexit) in a run:
+			// the role goes to a new one. The thread goes with this one.
+			lp.p.st.inc(cLoopPasses)
+			go lp.run()
+		}
+	}()
+	s := &lp.step
+	s.block()
+	msec := -1
+	for {
+		for lp.head < len(lp.queue) {
+			sc := lp.queue[lp.head]
+			lp.queue[lp.head] = nil
+			lp.head++
+			if sc.demoted > 0 {
+				sc.start(true) // ours: the role owned it
+				continue
+			}
+			lp.running.Store(sc)
+			mine = lp.word.Add(1)
+			lp.wakeDog()
+			sc.runOn(true, nil, 0, lp, mine)
+			pprof.SetGoroutineLabels(context.Background())
+			if !lp.word.CompareAndSwap(mine, mine+1) {
+				// Passed on while the run ran: the run is finished,
+				// and the role is another goroutine's.
+				done = true
+				runtime.UnlockOSThread()
+				return
+			}
+			mine = 0
+		}
+		clear(lp.queue[:lp.head])
+		lp.queue, lp.head = lp.queue[:0], 0
+		n, woke, stop := s.poll(msec)
+		if stop {
+			lp.stop()
+			done = true
+			runtime.UnlockOSThread()
+			return
+		}
+		msec = -1
+		if s.next(n, woke) {
+			msec = 0
+		}
+	}
+}
+
+// stop is the holder's last act, after its poll saw the stop eventfd: the
+// connections the poll readied run on goroutines of their own, and the
+// watchdog and poller.stop are told. The word stays even: nothing runs on
+// the loop again, so the watchdog never takes it.
+func (lp *loopRole) stop() {
+	for _, sc := range lp.queue[lp.head:] {
+		sc.start(true)
+	}
+	clear(lp.queue)
+	lp.queue, lp.head = lp.queue[:0], 0
+	close(lp.quit)
+	close(lp.p.stopped)
+}
+
+// displaced reports, for the owner of the run mine once it has seen the
+// word move, whether the watchdog took the run (it blocked: demote) rather
+// than a park passing the role on.
+func (lp *loopRole) displaced(mine uint64) (blocked bool) {
+	return lp.blocked.Load() == mine
+}
+
+// passOnPark is called by an operation about to park in dr of sc's
+// descriptor: if sc is the connection the holder runs, the caller is the
+// holder (only a connection's owner reads it, and a connection run on the
+// loop is the holder's), and the park would wait for a poll only the loop
+// makes, so the role goes to a new goroutine first and this one stays
+// with its connection.
+func (lp *loopRole) passOnPark(sc *serverConn) {
+	w := lp.word.Load()
+	if w&1 == 0 || lp.running.Load() != sc || !lp.word.CompareAndSwap(w, w+1) {
+		return
+	}
+	lp.p.st.inc(cLoopPasses)
+	runtime.UnlockOSThread()
+	go lp.run()
+}
+
+// wakeDog wakes the watchdog if it sleeps, after the word moved to odd: the
+// watchdog stores dogAsleep and then loads the word, so one of the two
+// sees the other.
+func (lp *loopRole) wakeDog() {
+	if lp.dogAsleep.Load() && lp.dogAsleep.CompareAndSwap(true, false) {
+		lp.dogWake <- struct{}{}
+	}
+}
+
+// testHookLoopTick, when set by a test, replaces the watchdog's timer:
+// each receive is a tick, so that which runs are taken does not depend on
+// the machine's speed.
+var testHookLoopTick atomic.Pointer[chan time.Time]
+
+// watchdog takes the role from a run that lasted through a whole tick, and
+// sleeps while no run happens.
+func (lp *loopRole) watchdog() {
+	tick := lp.tickSource()
+	defer tick.stop()
+	last := lp.word.Load()
+	for {
+		select {
+		case <-lp.quit:
+			return
+		case <-tick.c:
+		}
+		lp.p.st.inc(cLoopTicks)
+		w := lp.word.Load()
+		switch {
+		case w != last:
+			last = w // runs moved on
+		case w&1 == 1:
+			// The same run through a whole tick: blocked.
+			lp.blocked.Store(w)
+			if lp.word.CompareAndSwap(w, w+1) {
+				lp.p.st.inc(cLoopTakeovers)
+				go lp.run()
+			}
+			last = lp.word.Load()
+		default:
+			// Nothing ran through a whole tick: sleep until a run starts.
+			lp.dogAsleep.Store(true)
+			if lp.word.Load() == w || !lp.dogAsleep.CompareAndSwap(true, false) {
+				select {
+				case <-lp.dogWake:
+				case <-lp.quit:
+					return
+				}
+			}
+			last = lp.word.Load()
+		}
+		tick.reset()
+	}
+}
+
+// loopTicker is the watchdog's clock: a timer, or a test's channel.
+type loopTicker struct {
+	c <-chan time.Time
+	t *time.Timer
+}
+
+func (lp *loopRole) tickSource() *loopTicker {
+	if h := testHookLoopTick.Load(); h != nil {
+		return &loopTicker{c: *h}
+	}
+	t := time.NewTimer(loopTick)
+	return &loopTicker{c: t.C, t: t}
+}
+
+// reset starts the next tick (the timer has fired and been received).
+func (lt *loopTicker) reset() {
+	if lt.t != nil {
+		lt.t.Reset(loopTick)
+	}
+}
+
+func (lt *loopTicker) stop() {
+	if lt.t != nil {
+		lt.t.Stop()
+	}
+}
