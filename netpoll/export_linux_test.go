@@ -498,3 +498,25 @@ func SetStickyHook(f func(c net.Conn)) (restore func()) {
 // waits, it is the edge of input that came as the connection went hot,
 // which its first read ahead then took (readahead review).
 func StaleReadEdge(c net.Conn) { d := descOf(c); d.notify(&d.rd) }
+
+// SetLoopTick makes the loop's watchdog (dispatch=loop) of groups made
+// from now on tick at each value sent on ch instead of every loopTick; the
+// returned func restores the timer for groups made after it.
+func SetLoopTick(ch chan time.Time) (restore func()) {
+	testHookLoopTick.Store(&ch)
+	return func() { testHookLoopTick.Store(nil) }
+}
+
+// LoopState describes the loop of poller i of g (dispatch=loop): "poll"
+// while its holder polls or moves between connections, "run" while it
+// runs one; "none" when the poller has no loop.
+func LoopState(g *Group, i int) string {
+	lp := g.pollers[i].loop
+	if lp == nil {
+		return "none"
+	}
+	if lp.word.Load()&1 == 1 {
+		return "run"
+	}
+	return "poll"
+}

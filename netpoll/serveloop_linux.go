@@ -71,7 +71,8 @@ type loopRole struct {
 	queue []*serverConn
 	head  int
 
-	dogAsleep atomic.Bool   // the watchdog sleeps until the loop runs a connection
+	tick      <-chan time.Time // a test's clock for the watchdog (testHookLoopTick), nil for the timer
+	dogAsleep atomic.Bool      // the watchdog sleeps until the loop runs a connection
 	dogWake   chan struct{} // capacity 1: the send that wakes it
 	quit      chan struct{} // closed once the loop has stopped
 }
@@ -87,8 +88,12 @@ type loopRole struct {
 const loopTick = 2 * time.Millisecond
 
 func newLoopRole(p *poller) *loopRole {
-	return &loopRole{p: p, step: pollStep{p: p, spins: true}, queue: make([]*serverConn, 0, pollBatch),
+	lp := &loopRole{p: p, step: pollStep{p: p, spins: true}, queue: make([]*serverConn, 0, pollBatch),
 		dogWake: make(chan struct{}, 1), quit: make(chan struct{})}
+	if h := testHookLoopTick.Load(); h != nil {
+		lp.tick = *h
+	}
+	return lp
 }
 
 // queued is notify's part for a served connection whose read direction the
@@ -205,9 +210,9 @@ func (lp *loopRole) wakeDog() {
 	}
 }
 
-// testHookLoopTick, when set by a test, replaces the watchdog's timer:
-// each receive is a tick, so that which runs are taken does not depend on
-// the machine's speed.
+// testHookLoopTick, when set by a test, replaces the watchdog's timer in
+// the pollers made while it is set: each receive is a tick, so that which
+// runs are taken does not depend on the machine's speed.
 var testHookLoopTick atomic.Pointer[chan time.Time]
 
 // watchdog takes the role from a run that lasted through a whole tick, and
@@ -258,8 +263,8 @@ type loopTicker struct {
 }
 
 func (lp *loopRole) tickSource() *loopTicker {
-	if h := testHookLoopTick.Load(); h != nil {
-		return &loopTicker{c: *h}
+	if lp.tick != nil {
+		return &loopTicker{c: lp.tick}
 	}
 	t := time.NewTimer(loopTick)
 	return &loopTicker{c: t.C, t: t}

@@ -1,0 +1,350 @@
+package netpoll_test
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/edgepoll/edgepoll/netpoll"
+)
+
+// loopStats are the counters the loop's tests read.
+type loopStats struct {
+	runs, inline, worker, demotions, promotions uint64
+	takeovers, passes, ticks                    uint64
+	readParks, writeParks                       uint64
+}
+
+func readLoop(t testing.TB, g *netpoll.Group, s *netpoll.Server) loopStats {
+	t.Helper()
+	samples := []netpoll.Sample{
+		{Name: "/server/handler-runs:calls"},
+		{Name: "/server/inline-calls:calls"},
+		{Name: "/server/worker-calls:calls"},
+		{Name: "/server/demotions:conns"},
+		{Name: "/server/promotions:conns"},
+	}
+	if err := s.ReadStats(samples); err != nil {
+		t.Fatalf("Server.ReadStats: %v", err)
+	}
+	c := netpoll.Counters(g).Total
+	return loopStats{samples[0].Value, samples[1].Value, samples[2].Value, samples[3].Value, samples[4].Value,
+		c.LoopTakeovers, c.LoopPasses, c.LoopTicks, c.ReadParks, c.WriteParks}
+}
+
+func (a loopStats) sub(b loopStats) loopStats {
+	return loopStats{a.runs - b.runs, a.inline - b.inline, a.worker - b.worker, a.demotions - b.demotions,
+		a.promotions - b.promotions, a.takeovers - b.takeovers, a.passes - b.passes, a.ticks - b.ticks,
+		a.readParks - b.readParks, a.writeParks - b.writeParks}
+}
+
+// loopFixture is a Server on a fresh group whose handlers run on the loop
+// (wait=block, dispatch=loop), with clients of package net each served
+// once, and the loop back to polling. The watchdog ticks only when the
+// test sends on tick; demotion's clock stands still.
+type loopFixture struct {
+	g       *netpoll.Group
+	s       *netpoll.Server
+	clients []net.Conn
+	tick    chan time.Time
+	stop    <-chan struct{}
+}
+
+func newLoopFixture(t *testing.T, h netpoll.Handler, clients int) *loopFixture {
+	t.Helper()
+	stopClock(t)
+	f := &loopFixture{tick: make(chan time.Time)}
+	restore := netpoll.SetLoopTick(f.tick)
+	f.g = newGroup(t, cfgOf(t, "wait=block,dispatch=loop"))
+	restore() // the group's watchdog has its clock
+	l := listen(t, f.g, "tcp")
+	f.s = &netpoll.Server{Handler: h}
+	serveOn(t, f.s, l)
+	done, stop := watchdog(t, time.Minute)
+	t.Cleanup(done)
+	f.stop = stop
+	got := make([]byte, 1)
+	for range clients {
+		c := dialT(t, l)
+		t.Cleanup(func() { c.Close() })
+		// A bound on every call of the test's, so that a lost wakeup
+		// fails it instead of hanging it.
+		c.SetDeadline(time.Now().Add(time.Minute))
+		if err := echo1(c, []byte("x"), got); err != nil {
+			t.Fatal(err)
+		}
+		f.clients = append(f.clients, c)
+	}
+	f.rest(t)
+	return f
+}
+
+// rest waits until every connection is idle and the loop polls.
+func (f *loopFixture) rest(t *testing.T) {
+	t.Helper()
+	if !await(f.stop, func() bool { return allServe(f.s) && netpoll.LoopState(f.g, 0) == "poll" }) {
+		t.Fatalf("the server did not come to rest: loop %s, stats %+v", netpoll.LoopState(f.g, 0), f.s.Stats())
+	}
+}
+
+// tickUntil sends ticks to the watchdog until cond holds.
+func (f *loopFixture) tickUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case f.tick <- time.Time{}:
+		case <-f.stop:
+			t.Fatalf("%s: never, after the watchdog's ticks", what)
+		}
+	}
+}
+
+// blockingEcho echoes what one Read gets; a message starting with "block"
+// first reports on entered and waits for release.
+func blockingEcho(entered chan<- struct{}, release <-chan struct{}) netpoll.Handler {
+	return netpoll.HandlerFunc(func(c net.Conn) error {
+		buf := make([]byte, 64)
+		n, err := c.Read(buf)
+		if err != nil {
+			return err
+		}
+		if bytes.HasPrefix(buf[:n], []byte("block")) {
+			entered <- struct{}{}
+			<-release
+		}
+		_, err = c.Write(buf[:n])
+		return err
+	})
+}
+
+// TestServeLoopHops counts the loop's path over 2,000 requests on two
+// connections in turn: every call runs on the loop (no goroutine created,
+// no park, no worker call), and the watchdog, which gets no tick here,
+// takes nothing.
+func TestServeLoopHops(t *testing.T) {
+	f := newLoopFixture(t, echoHandler, 2)
+	msg, got := []byte("loop"), make([]byte, 4)
+	runtime.GC() // the mark workers of the first cycle are not counted
+	const n = 2000
+	before, created := readLoop(t, f.g, f.s), goroutinesCreated()
+	for i := range n {
+		if err := echo1(f.clients[i%2], msg, got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.rest(t)
+	d, createdNow := readLoop(t, f.g, f.s).sub(before), goroutinesCreated()
+	t.Logf("%d requests: %+v; goroutines created %d", n, d, createdNow-created)
+	if d.runs != n || d.inline != n || d.worker != 0 {
+		t.Errorf("handler runs %d, on the loop %d, on workers %d: want %d, %d, 0", d.runs, d.inline, d.worker, n, n)
+	}
+	if d.readParks+d.writeParks != 0 || d.takeovers != 0 || d.passes != 0 {
+		t.Errorf("parks %d, takeovers %d, passes %d: want 0 each", d.readParks+d.writeParks, d.takeovers, d.passes)
+	}
+	if createdNow != created {
+		t.Errorf("%d goroutines created during %d requests, want 0", createdNow-created, n)
+	}
+}
+
+// TestServeLoopBlocked: a handler that blocks outside netpoll holds the
+// loop until the watchdog has seen its run through a whole tick; then a
+// new goroutine runs the loop and serves the other connection while the
+// handler still blocks. The blocked connection is demoted: its next
+// demoteRuns (4) calls run on goroutines of their own, then it is
+// promoted and runs on the loop again.
+func TestServeLoopBlocked(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	f := newLoopFixture(t, blockingEcho(entered, release), 2)
+	a, b := f.clients[0], f.clients[1]
+	before := readLoop(t, f.g, f.s)
+	if _, err := a.Write([]byte("block")); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	if _, err := b.Write([]byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	f.tickUntil(t, "the watchdog took the loop", func() bool { return readLoop(t, f.g, f.s).takeovers != before.takeovers })
+	got := make([]byte, 1)
+	if _, err := io.ReadFull(b, got); err != nil || got[0] != 'b' {
+		t.Fatalf("b's echo while a's handler blocks: %q, %v", got, err)
+	}
+	close(release)
+	got = make([]byte, 5)
+	if _, err := io.ReadFull(a, got); err != nil || string(got) != "block" {
+		t.Fatalf("a's echo after the release: %q, %v", got, err)
+	}
+	f.rest(t)
+	d := readLoop(t, f.g, f.s).sub(before)
+	if d.takeovers != 1 || d.demotions != 1 || d.passes != 0 {
+		t.Errorf("takeovers %d, demotions %d, passes %d: want 1, 1, 0", d.takeovers, d.demotions, d.passes)
+	}
+	// Demoted: four calls on goroutines of their own, then the loop.
+	got = got[:1]
+	for i := range 6 {
+		w := readLoop(t, f.g, f.s)
+		if err := echo1(a, []byte("a"), got); err != nil {
+			t.Fatal(err)
+		}
+		f.rest(t)
+		d := readLoop(t, f.g, f.s).sub(w)
+		wantWorker := uint64(0)
+		if i < 4 {
+			wantWorker = 1
+		}
+		if d.worker != wantWorker || d.inline != 1-wantWorker {
+			t.Errorf("call %d after the block: on workers %d, on the loop %d; want %d, %d", i, d.worker, d.inline, wantWorker, 1-wantWorker)
+		}
+	}
+	if p := readLoop(t, f.g, f.s).sub(before).promotions; p != 1 {
+		t.Errorf("promotions %d, want 1", p)
+	}
+}
+
+// TestServeLoopPark: a handler whose Read of its own connection parks (the
+// rest of the request has not come) passes the loop to a new goroutine at
+// once, with no tick: the other connection is served meanwhile, and the
+// parked handler is woken by the new loop's poll. A park is not a block:
+// nothing is demoted.
+func TestServeLoopPark(t *testing.T) {
+	h := netpoll.HandlerFunc(func(c net.Conn) error {
+		buf := make([]byte, 6)
+		n, err := c.Read(buf)
+		if err != nil {
+			return err
+		}
+		if string(buf[:n]) == "abc" {
+			if _, err := io.ReadFull(c, buf[3:]); err != nil {
+				return err
+			}
+			n = 6
+		}
+		_, err = c.Write(buf[:n])
+		return err
+	})
+	f := newLoopFixture(t, h, 2)
+	a, b := f.clients[0], f.clients[1]
+	before := readLoop(t, f.g, f.s)
+	if _, err := a.Write([]byte("abc")); err != nil {
+		t.Fatal(err)
+	}
+	if !await(f.stop, func() bool { return readLoop(t, f.g, f.s).passes != before.passes }) {
+		t.Fatal("the loop never passed on")
+	}
+	got := make([]byte, 1)
+	if err := echo1(b, []byte("b"), got); err != nil || got[0] != 'b' {
+		t.Fatalf("b's echo while a's handler is parked: %q, %v", got, err)
+	}
+	if _, err := a.Write([]byte("def")); err != nil {
+		t.Fatal(err)
+	}
+	got = make([]byte, 6)
+	if _, err := io.ReadFull(a, got); err != nil || string(got) != "abcdef" {
+		t.Fatalf("a's echo: %q, %v", got, err)
+	}
+	f.rest(t)
+	d := readLoop(t, f.g, f.s).sub(before)
+	if d.passes != 1 || d.takeovers != 0 || d.demotions != 0 || d.ticks != 0 {
+		t.Errorf("passes %d, takeovers %d, demotions %d, ticks %d: want 1, 0, 0, 0", d.passes, d.takeovers, d.demotions, d.ticks)
+	}
+	if d.readParks != 1 {
+		t.Errorf("read parks %d, want 1", d.readParks)
+	}
+}
+
+// TestServeLoopGoexit: a handler that ends its goroutine (runtime.Goexit,
+// as t.FailNow does) on the loop closes only its connection, and the loop
+// goes on in a new goroutine.
+func TestServeLoopGoexit(t *testing.T) {
+	h := netpoll.HandlerFunc(func(c net.Conn) error {
+		buf := make([]byte, 8)
+		n, err := c.Read(buf)
+		if err != nil {
+			return err
+		}
+		if string(buf[:n]) == "exit" {
+			runtime.Goexit()
+		}
+		_, err = c.Write(buf[:n])
+		return err
+	})
+	f := newLoopFixture(t, h, 2)
+	a, b := f.clients[0], f.clients[1]
+	before := readLoop(t, f.g, f.s)
+	if _, err := a.Write([]byte("exit")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("a after its handler's Goexit: %d, %v; want EOF", n, err)
+	}
+	got := make([]byte, 1)
+	for range 3 {
+		if err := echo1(b, []byte("b"), got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := readLoop(t, f.g, f.s).sub(before)
+	if d.passes != 1 || d.takeovers != 0 {
+		t.Errorf("passes %d, takeovers %d: want 1, 0", d.passes, d.takeovers)
+	}
+	if d.runs != 4 || d.inline != 3 || d.worker != 0 {
+		t.Errorf("handler runs %d, returned on the loop %d, on workers %d: want 4, 3, 0 (the exit never returns)", d.runs, d.inline, d.worker)
+	}
+}
+
+// TestServeLoopCloseBlocked: Server.Close, then Group.Close, return while a
+// handler blocks on the loop, with the watchdog's real clock: the watchdog
+// takes the loop, and the new holder sees the stop.
+func TestServeLoopCloseBlocked(t *testing.T) {
+	g := newGroup(t, cfgOf(t, "wait=block,dispatch=loop"))
+	l := listen(t, g, "tcp")
+	entered, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	s := &netpoll.Server{Handler: blockingEcho(entered, release)}
+	serveOn(t, s, l)
+	done, stop := watchdog(t, time.Minute)
+	defer done()
+	c := dialT(t, l)
+	defer c.Close()
+	if _, err := c.Write([]byte("block")); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	s.Close() // does not wait for the handler
+	closed := make(chan error, 1)
+	go func() { closed <- g.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Group.Close: %v", err)
+		}
+	case <-stop:
+		t.Fatal("Group.Close never returned while a handler blocked on the loop")
+	}
+	if n := netpoll.Counters(g).Total.LoopTakeovers; n != 1 {
+		t.Errorf("takeovers %d, want 1", n)
+	}
+}
+
+// TestLoopConfig: dispatch=loop needs wait=block.
+func TestLoopConfig(t *testing.T) {
+	wantConfigErrors(t, "dispatch", "dispatch=loop", "dispatch=loop,wait=nested", "dispatch=loop,wait=inline", "dispatch=loops")
+	c, err := netpoll.ParseConfig("wait=block,dispatch=loop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := netpoll.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if got := netpoll.LoopState(g, 0); got != "poll" {
+		t.Errorf("loop %q, want poll", got)
+	}
+	if s := c.String(); s != "wait=block,dispatch=loop" {
+		t.Errorf("String() = %q", s)
+	}
+}
