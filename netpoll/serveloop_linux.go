@@ -73,8 +73,8 @@ type loopRole struct {
 
 	tick      <-chan time.Time // a test's clock for the watchdog (testHookLoopTick), nil for the timer
 	dogAsleep atomic.Bool      // the watchdog sleeps until the loop runs a connection
-	dogWake   chan struct{} // capacity 1: the send that wakes it
-	quit      chan struct{} // closed once the loop has stopped
+	dogWake   chan struct{}    // capacity 1: the send that wakes it
+	quit      chan struct{}    // closed once the loop has stopped
 }
 
 // loopTick is the watchdog's period: a run that lasts through a whole tick
