@@ -55,6 +55,10 @@ var servers = []server{
 	{"ondemand-role", "cfg=ondemand-role/impl=netpoll/mode=et/spin=auto/ondemand=on/dispatch=inline", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-ondemand", "-dispatch", "inline"}, nil},
 	// ondemand under wait=inline: what the Server would get if the
 	// default wait were inline above one P (issue 35, part 4).
+	// The Server's handlers on the blocking wait's thread, one after
+	// another, with the watchdog (dispatch=loop): a callback library's
+	// event loop that a blocking handler does not stall.
+	{"ondemand-loop", "cfg=ondemand-loop/impl=netpoll/mode=et/spin=0/ondemand=on/wait=block/dispatch=loop", "echoserver", []string{"-impl", "netpoll", "-spin", "0", "-ondemand", "-wait", "block", "-dispatch", "loop"}, nil},
 	{"ondemand-inline", "cfg=ondemand-inline/impl=netpoll/mode=et/spin=auto/ondemand=on/wait=inline", "echoserver", []string{"-impl", "netpoll", "-spin", "auto", "-ondemand", "-wait", "inline"}, nil},
 	{"ondemand-net", "cfg=ondemand-net/impl=net/ondemand=on", "echoserver", []string{"-impl", "net", "-ondemand"}, nil},
 	// ondemand and auto with an idle timeout set (echoserver's
