@@ -195,9 +195,9 @@ type settings struct {
 	// hotRead: a Conn's reads wait on the runtime's netpoller while the
 	// connection stays busy (hotread, hotread_linux.go).
 	hotRead hotReadKind
-	// readAhead: a hot Server connection's goroutine reads its next input
-	// ahead for the handler instead of polling (readahead, the default
-	// with dispatch=hot; readahead_linux.go).
+	// readAhead: a hot Server connection's goroutine, or the loop, reads
+	// the next input ahead for the handler instead of polling (readahead,
+	// the default with dispatch=hot or loop; readahead_linux.go).
 	readAhead bool
 }
 
@@ -474,12 +474,13 @@ func (k knobs) experiment() string {
 //	           (mode=et, wait=nested only); auto, on while GOMAXPROCS > 1
 //	           (read at each change of state and each sweep), where the
 //	           nested wait's second hop wakes a second thread
-//	readahead  on (the default with dispatch=hot) or off, for a Server:
-//	           on, a hot connection's goroutine learns whether input is
-//	           queued with a read(2) into a pooled buffer, which the
-//	           handler's Read then takes, as package net's reader reads;
-//	           off, with a poll(2), the handler's Read making the read
-//	           (dispatch=hot and shortread=on only)
+//	readahead  on (the default with dispatch=hot or loop) or off, for a
+//	           Server: on, a hot connection's goroutine (or the loop,
+//	           before a run) learns whether input is queued with a
+//	           read(2) into a pooled buffer, which the handler's Read then
+//	           takes, as package net's reader reads; off, with a poll(2),
+//	           the handler's Read making the read (dispatch=hot or loop,
+//	           and shortread=on, only)
 //
 // Every key also takes "default", as if it were not given. The keys with a
 // Config field set that field; the rest are kept, in the order above, in
@@ -616,8 +617,8 @@ func (c Config) settings() (settings, error) {
 		s.hotRead = hotReadAuto
 	}
 	switch {
-	case k.aheadOn && !s.hotDispatch:
-		return settings{}, &ConfigError{"readahead", "on", "needs dispatch=hot: only a hot connection's goroutine reads ahead"}
+	case k.aheadOn && !s.hotDispatch && !s.loopDispatch:
+		return settings{}, &ConfigError{"readahead", "on", "needs dispatch=hot or loop: only a hot connection's goroutine and the loop read ahead"}
 	case k.aheadOn && !s.shortRead:
 		// The read direction learns that user code has had the fd only
 		// with skipping on (stickyRaw), and input read ahead must not be
@@ -627,7 +628,9 @@ func (c Config) settings() (settings, error) {
 	// Measured (issue 35, testdata/issue35/readahead): the poll per
 	// wakeup cost a syscall more than package net's read wherever the
 	// next request was queued as the response went out.
-	s.readAhead = s.hotDispatch && s.shortRead && !k.aheadOff
+	// The loop's poll(2) before each run cost it a syscall per request
+	// (testdata/issue35/loop).
+	s.readAhead = (s.hotDispatch || s.loopDispatch) && s.shortRead && !k.aheadOff
 	return s, nil
 }
 

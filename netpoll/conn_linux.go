@@ -57,7 +57,13 @@ func (c *Conn) Read(b []byte) (int, error) {
 			n, err, cold = d.readHot(h, b)
 		case h.ahead.Load() != nil:
 			// Input a hot Server wait read for the handler (readahead_linux.go).
-			n, err = h.takeAhead(b)
+			n, err = h.ahead.take(b)
+			cold = false
+		}
+	} else if lp := d.p.loop; lp != nil {
+		if a := lp.aheadOf(d); a != nil {
+			// Input the loop read for the handler (serveloop_linux.go).
+			n, err = a.take(b)
 			cold = false
 		}
 	}

@@ -463,11 +463,11 @@ func SweepConnStaged(c *Conn) (finish func()) {
 // handler that no Read has taken yet, and whether it holds an error
 // instead (readahead_linux.go).
 func ReadAhead(c net.Conn) (n int, err bool) {
-	h := c.(*Conn).d.hotw.Load()
-	if h == nil {
+	s := c.(*Conn).d.aheadOf()
+	if s == nil {
 		return 0, false
 	}
-	a := h.ahead.Load()
+	a := s.Load()
 	if a == nil {
 		return 0, false
 	}

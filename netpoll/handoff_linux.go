@@ -74,6 +74,11 @@ func (sc *serverConn) handOff(returned bool) (idle bool, err error) {
 	// reads the idle deadline once it has taken the connection out of
 	// serve, and must find this wait's.
 	sc.startIdle(returned)
+	if d.p.loop != nil && d.aheadOf() != nil {
+		// Input the loop read ahead is left: the handler is called again
+		// with no syscall (serveloop_linux.go).
+		return false, nil
+	}
 	// Drained, and no edge since: nothing to ask the socket. An edge
 	// since may be for data the drained Read already took: ask.
 	ask := !(d.skip && dr.drained && d.sticky.Load() == 0 && dr.state.Load() == stEmpty)

@@ -113,7 +113,7 @@ type hotWait struct {
 	// ahead is input the owner read for the handler, not yet taken by a
 	// Read; nil while none (readahead_linux.go). Stored with the read
 	// direction's mu held; File loads it without.
-	ahead atomic.Pointer[readAhead]
+	ahead aheadSlot
 
 	// seq is odd while the owner waits, or is about to: a kick lands on
 	// the wait. The owner adds to it; kickers and the sweeper load it.
@@ -522,7 +522,7 @@ func (sc *serverConn) goCold(h *hotWait) {
 	// stores it.
 	if h.ahead.Load() != nil {
 		d.rd.mu.Lock()
-		h.dropAhead()
+		h.ahead.drop()
 		d.rd.mu.Unlock()
 	}
 	h.close()

@@ -132,13 +132,23 @@ func (d *desc) kickSticky() {
 // mark and reads nothing. Read and a RawConn's Read hold the mu, and never
 // see the buffer empty.
 func (h *hotWait) readAhead(d *desc, fd int) (read, found bool) {
+	return h.ahead.readAhead(d, fd)
+}
+
+// aheadSlot holds input read ahead for a handler: a hot connection's
+// (hotWait.ahead) or a run's on the loop (loopAhead).
+type aheadSlot struct{ atomic.Pointer[readAhead] }
+
+// readAhead is hotWait.readAhead's read, into s, with the read
+// direction's mu held.
+func (s *aheadSlot) readAhead(d *desc, fd int) (read, found bool) {
 	if !d.mayReadAhead() {
 		return false, false
 	}
 	a := readAheads.Get().(*readAhead)
-	h.ahead.Store(a)
+	s.Store(a)
 	if !d.mayReadAhead() {
-		h.dropAhead()
+		s.drop()
 		return false, false
 	}
 	// The read sees whatever a ready edge of the poller's announced, as
@@ -151,14 +161,14 @@ func (h *hotWait) readAhead(d *desc, fd int) (read, found bool) {
 		case err == unix.EINTR:
 			continue
 		case err == unix.EAGAIN:
-			h.dropAhead()
+			s.drop()
 			return true, false
 		case err != nil:
 			a.err = err
 		case n > 0:
 			a.lo, a.hi = 0, n
 		default:
-			h.dropAhead()
+			s.drop()
 		}
 		// A short read drained the socket, but for what watchesSticky
 		// watches: the wait after the handler may skip its read.
@@ -167,37 +177,40 @@ func (h *hotWait) readAhead(d *desc, fd int) (read, found bool) {
 	}
 }
 
-// takeAhead is Read's part for a connection with input read ahead, with
-// the read direction's mu held: a copy, or the error kept.
-func (h *hotWait) takeAhead(b []byte) (int, error) {
-	a := h.ahead.Load()
+// take is Read's part for a connection with input read ahead, with the
+// read direction's mu held: a copy, or the error kept.
+func (s *aheadSlot) take(b []byte) (int, error) {
+	a := s.Load()
 	if a.err != nil {
 		err := a.err
-		h.dropAhead()
+		s.drop()
 		return 0, err
 	}
 	n := copy(b, a.buf[a.lo:a.hi])
 	if a.lo += n; a.lo == a.hi {
-		h.dropAhead()
+		s.drop()
 	}
 	return n, nil
 }
 
-// dropAhead gives h's buffer back to the pool, with the read direction's
-// mu held.
-func (h *hotWait) dropAhead() {
-	if a := h.ahead.Swap(nil); a != nil {
+// drop gives s's buffer back to the pool, with the read direction's mu
+// held.
+func (s *aheadSlot) drop() {
+	if a := s.Swap(nil); a != nil {
 		a.lo, a.hi, a.err = 0, 0, nil
 		readAheads.Put(a)
 	}
 }
 
-// aheadOf returns d's hot wait if it holds input read ahead, with the read
-// direction's mu held; nil otherwise (any connection not served hot, or
-// with nothing ahead).
-func (d *desc) aheadOf() *hotWait {
+// aheadOf returns the slot of d's input read ahead, with the read
+// direction's mu held: a hot connection's, or a run's on the loop; nil
+// when nothing is read ahead.
+func (d *desc) aheadOf() *aheadSlot {
 	if h := d.hotw.Load(); h != nil && h.ahead.Load() != nil {
-		return h
+		return &h.ahead
+	}
+	if lp := d.p.loop; lp != nil {
+		return lp.aheadOf(d)
 	}
 	return nil
 }
@@ -220,10 +233,10 @@ func (c *Conn) flushAhead(w io.Writer, limit int64) (int64, error) {
 	if h == nil {
 		return 0, nil
 	}
-	a := h.ahead.Load()
+	a := h.Load()
 	if a.err != nil {
 		err := a.err
-		h.dropAhead()
+		h.drop()
 		d.rd.ended = true
 		return 0, os.NewSyscallError("read", err)
 	}
@@ -239,7 +252,7 @@ func (c *Conn) flushAhead(w io.Writer, limit int64) (int64, error) {
 		err = io.ErrShortWrite
 	}
 	if a.lo += n; a.lo == a.hi {
-		h.dropAhead()
+		h.drop()
 	}
 	return int64(n), err
 }

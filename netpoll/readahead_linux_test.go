@@ -274,12 +274,15 @@ func TestReadAheadConfig(t *testing.T) {
 	for s, want := range map[string]bool{
 		"": true, "readahead=on": true, "readahead=default": true, "readahead=off": false,
 		"dispatch=inline": false, "mode=oneshot": false, "shortread=off": false, "wait=block": false,
+		"wait=block,dispatch=loop": true, "wait=block,dispatch=loop,readahead=off": false,
+		"wait=block,dispatch=loop,shortread=off": false, "wait=block,dispatch=loop,mode=lt": true,
 	} {
 		if got := netpoll.ReadAheadSetting(cfgOf(t, s)); got != want {
 			t.Errorf("%q: readahead %v, want %v", s, got, want)
 		}
 	}
-	wantConfigErrors(t, "readahead", "readahead=on,dispatch=inline", "readahead=on,dispatch=go", "readahead=on,mode=lt", "readahead=on,shortread=off", "readahead=yes")
+	wantConfigErrors(t, "readahead", "readahead=on,dispatch=inline", "readahead=on,dispatch=go", "readahead=on,mode=lt", "readahead=on,shortread=off", "readahead=yes",
+		"readahead=on,wait=block", "readahead=on,wait=block,dispatch=loop,shortread=off")
 	c := cfgOf(t, "readahead=off")
 	if c.Experiment != "readahead=off" {
 		t.Errorf("ParseConfig(readahead=off).Experiment = %q", c.Experiment)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"runtime/pprof"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -71,6 +72,12 @@ type loopRole struct {
 	queue []*serverConn
 	head  int
 
+	// aheads are the runs' inputs read ahead (loopAhead), guarded by
+	// aheadMu: the holder's run's, and those of runs passed on while
+	// their handlers still run.
+	aheadMu sync.Mutex
+	aheads  []*loopAhead
+
 	tick      <-chan time.Time // a test's clock for the watchdog (testHookLoopTick), nil for the timer
 	dogAsleep atomic.Bool      // the watchdog sleeps until the loop runs a connection
 	dogWake   chan struct{}    // capacity 1: the send that wakes it
@@ -112,9 +119,13 @@ func (lp *loopRole) start() {
 // on while this goroutine runs a connection (it exits, its run finished).
 func (lp *loopRole) run() {
 	runtime.LockOSThread()
-	var mine uint64 // the word of this goroutine's run, while it runs one
+	var mine uint64   // the word of this goroutine's run, while it runs one
+	var la *loopAhead // its input read ahead, while it runs one
 	done := false
 	defer func() {
+		if !done && la != nil {
+			lp.release(la) // the handler ended its goroutine
+		}
 		if !done && mine != 0 && lp.word.CompareAndSwap(mine, mine+1) {
 			// A handler ended the goroutine (runtime.Goexit) in a run:
 			// the role goes to a new one. The thread goes with this one.
@@ -137,8 +148,14 @@ func (lp *loopRole) run() {
 			lp.running.Store(sc)
 			mine = lp.word.Add(1)
 			lp.wakeDog()
-			sc.runOn(true, nil, 0, lp, mine)
+			var check bool
+			la, check = lp.readAhead(sc)
+			sc.runOn(check, nil, 0, lp, mine)
 			pprof.SetGoroutineLabels(context.Background())
+			if la != nil {
+				lp.release(la)
+				la = nil
+			}
 			if !lp.word.CompareAndSwap(mine, mine+1) {
 				// Passed on while the run ran: the run is finished,
 				// and the role is another goroutine's.
@@ -281,4 +298,100 @@ func (lt *loopTicker) stop() {
 	if lt.t != nil {
 		lt.t.Stop()
 	}
+}
+
+// Read-ahead on the loop. Before a run, the holder reads the connection's
+// input into a pooled buffer (aheadSlot.readAhead, as a hot connection's
+// wait does), and the handler's Read takes it from there: the read answers
+// whether the edge the poll found is stale and reads the request in one
+// syscall, where asking the socket first (the hand-off's check) costs a
+// poll(2) per run. EAGAIN (a stale edge) runs the hand-off's check, which
+// finds nothing and idles the connection with no call; input, an error or
+// the end of input calls the handler with no check.
+//
+// A run's input lives in a loopAhead, on the loop's list from the read to
+// the run's end, not in the connection's records: every idle connection
+// would pay a pointer for it. A run passed on keeps its loopAhead while
+// its handler goes on as a goroutine of its own. Everything that reads the
+// connection finds it through desc.aheadOf, as a hot connection's, and
+// takes it first; the hand-off calls the handler again while any is left
+// (serverConn.handOff), so a run never ends with input read ahead but to
+// close, and release then drops it.
+
+// loopAhead is one run's input read ahead.
+type loopAhead struct {
+	sc   *serverConn
+	slot aheadSlot
+}
+
+var loopAheads = sync.Pool{New: func() any { return new(loopAhead) }}
+
+// readAhead reads sc's input ahead for the run about to start, if its
+// connection may (desc.mayReadAhead), and reports the run's record (nil
+// when it read nothing ahead: released already) and whether the run must
+// ask the socket first (check): it may not read ahead, or found nothing.
+// The record is announced on the list before mayReadAhead is looked at,
+// as a hot wait announces its buffer: File marks, then looks.
+func (lp *loopRole) readAhead(sc *serverConn) (la *loopAhead, check bool) {
+	d := sc.desc()
+	if !d.p.readAhead || !d.mayReadAhead() {
+		return nil, true
+	}
+	if d.begin(&d.rd) != nil {
+		return nil, true // closed: the run's hand-off says so
+	}
+	la = loopAheads.Get().(*loopAhead)
+	la.sc = sc
+	lp.aheadMu.Lock()
+	lp.aheads = append(lp.aheads, la)
+	lp.aheadMu.Unlock()
+	read, found := la.slot.readAhead(d, d.fd)
+	d.end(&d.rd)
+	if !read || !found {
+		lp.release(la)
+		return nil, true
+	}
+	lp.p.st.inc(cLoopReadsAhead)
+	return la, false
+}
+
+// aheadOf returns the slot of the input read ahead for d's connection by
+// a run, nil if none holds any; with d's read direction's mu held.
+func (lp *loopRole) aheadOf(d *desc) *aheadSlot {
+	sc := d.srv.Load()
+	if sc == nil {
+		return nil
+	}
+	lp.aheadMu.Lock()
+	defer lp.aheadMu.Unlock()
+	for _, la := range lp.aheads {
+		if la.sc == sc && la.slot.Load() != nil {
+			return &la.slot
+		}
+	}
+	return nil
+}
+
+// release takes la off the list at its run's end, dropping any input left
+// (the connection closes then), and gives it back to the pool.
+func (lp *loopRole) release(la *loopAhead) {
+	if la.slot.Load() != nil {
+		d := la.sc.desc()
+		d.rd.mu.Lock()
+		la.slot.drop()
+		d.rd.mu.Unlock()
+	}
+	lp.aheadMu.Lock()
+	for i, x := range lp.aheads {
+		if x == la {
+			last := len(lp.aheads) - 1
+			lp.aheads[i] = lp.aheads[last]
+			lp.aheads[last] = nil
+			lp.aheads = lp.aheads[:last]
+			break
+		}
+	}
+	lp.aheadMu.Unlock()
+	la.sc = nil
+	loopAheads.Put(la)
 }

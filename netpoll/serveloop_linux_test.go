@@ -2,6 +2,7 @@ package netpoll_test
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net"
 	"runtime"
@@ -66,14 +67,14 @@ func newLoopFixture(t *testing.T, h netpoll.Handler, clients int) *loopFixture {
 	done, stop := watchdog(t, time.Minute)
 	t.Cleanup(done)
 	f.stop = stop
-	got := make([]byte, 1)
+	got := make([]byte, 2)
 	for range clients {
 		c := dialT(t, l)
 		t.Cleanup(func() { c.Close() })
 		// A bound on every call of the test's, so that a lost wakeup
 		// fails it instead of hanging it.
 		c.SetDeadline(time.Now().Add(time.Minute))
-		if err := echo1(c, []byte("x"), got); err != nil {
+		if err := echo1(c, []byte("xy"), got); err != nil {
 			t.Fatal(err)
 		}
 		f.clients = append(f.clients, c)
@@ -286,6 +287,7 @@ func TestServeLoopGoexit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	f.rest(t) // the last call returned
 	d := readLoop(t, f.g, f.s).sub(before)
 	if d.passes != 1 || d.takeovers != 0 {
 		t.Errorf("passes %d, takeovers %d: want 1, 0", d.passes, d.takeovers)
@@ -309,6 +311,14 @@ func TestServeLoopCloseBlocked(t *testing.T) {
 	defer done()
 	c := dialT(t, l)
 	defer c.Close()
+	// Served once and idle first: a connection's first call may run on
+	// the accepting goroutine, not on the loop.
+	if err := echo1(c, []byte("xy"), make([]byte, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if !await(stop, func() bool { return allServe(s) && netpoll.LoopState(g, 0) == "poll" }) {
+		t.Fatal("the server did not come to rest")
+	}
 	if _, err := c.Write([]byte("block")); err != nil {
 		t.Fatal(err)
 	}
@@ -346,5 +356,138 @@ func TestLoopConfig(t *testing.T) {
 	}
 	if s := c.String(); s != "wait=block,dispatch=loop" {
 		t.Errorf("String() = %q", s)
+	}
+}
+
+// loopAheads reads the loop's reads ahead and the hand-off's socket checks.
+func loopAheads(t *testing.T, g *netpoll.Group, s *netpoll.Server) (aheads, checks uint64) {
+	t.Helper()
+	samples := []netpoll.Sample{{Name: "/server/hand-off-checks:calls"}}
+	if err := s.ReadStats(samples); err != nil {
+		t.Fatalf("Server.ReadStats: %v", err)
+	}
+	return netpoll.Counters(g).Total.LoopReadsAhead, samples[0].Value
+}
+
+// TestServeLoopReadAhead: the loop reads each request ahead before its
+// run, so no run asks the socket (poll(2)) first: 500 echoes make 500
+// reads ahead and no hand-off check, every call on the loop.
+func TestServeLoopReadAhead(t *testing.T) {
+	f := newLoopFixture(t, echoHandler, 1)
+	c := f.clients[0]
+	const n = 500
+	before := readLoop(t, f.g, f.s)
+	aheads0, checks0 := loopAheads(t, f.g, f.s)
+	msg, got := []byte("ahead"), make([]byte, 5)
+	for range n {
+		if err := echo1(c, msg, got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.rest(t)
+	d := readLoop(t, f.g, f.s).sub(before)
+	aheads, checks := loopAheads(t, f.g, f.s)
+	if aheads-aheads0 != n || checks-checks0 != 0 {
+		t.Errorf("reads ahead %d, hand-off checks %d: want %d and 0", aheads-aheads0, checks-checks0, n)
+	}
+	if d.runs != n || d.inline != n || d.readParks != 0 {
+		t.Errorf("handler runs %d, on the loop %d, read parks %d: want %d, %d, 0", d.runs, d.inline, d.readParks, n, n)
+	}
+}
+
+// TestServeLoopSmallReads: a handler that reads 7 bytes per call gets a
+// 1,000-byte message whole and in order, called again with no syscall
+// while input read ahead is left: 143 calls per read ahead's worth.
+func TestServeLoopSmallReads(t *testing.T) {
+	h := netpoll.HandlerFunc(func(c net.Conn) error {
+		var b [7]byte
+		n, err := c.Read(b[:])
+		if err != nil {
+			return err
+		}
+		_, err = c.Write(b[:n])
+		return err
+	})
+	f := newLoopFixture(t, h, 1)
+	c := f.clients[0]
+	before := readLoop(t, f.g, f.s)
+	aheads0, checks0 := loopAheads(t, f.g, f.s)
+	msg := bytes.Repeat([]byte("0123456789abcdefghijklmnopqrstuvwxyz"), 28)[:1000]
+	got := make([]byte, len(msg))
+	if err := echo1(c, msg, got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, msg) {
+		t.Fatalf("echo differs: %q", got)
+	}
+	f.rest(t)
+	d := readLoop(t, f.g, f.s).sub(before)
+	aheads, checks := loopAheads(t, f.g, f.s)
+	aheads, checks = aheads-aheads0, checks-checks0
+	t.Logf("calls %d, reads ahead %d, checks %d", d.runs, aheads, checks)
+	// Each read ahead ends in one short call at most: 143 calls if one
+	// read took the message, one more per extra read (a split segment).
+	if aheads == 0 || d.runs < 143 || d.runs > 142+aheads {
+		t.Errorf("calls %d, reads ahead %d: want 143 to %d", d.runs, aheads, 142+aheads)
+	}
+	if checks != 0 {
+		t.Errorf("hand-off checks %d, want 0: the calls take what was read ahead", checks)
+	}
+}
+
+// TestServeLoopReadAheadRaw: while input the loop read ahead is pending, a
+// RawConn's Read and File fail with ErrReadAhead, WaitRead returns at
+// once, and Read takes the rest in order; once File has had the fd, the
+// loop reads nothing ahead for that connection again.
+func TestServeLoopReadAheadRaw(t *testing.T) {
+	type result struct {
+		pending       int
+		wait, raw, fe error
+		rest          string
+	}
+	results := make(chan result, 1)
+	h := firstByteHandler(map[byte]func(net.Conn) error{'R': func(c net.Conn) error {
+		var b [64]byte
+		var r result
+		r.pending, _ = netpoll.ReadAhead(c)
+		r.wait = c.(*netpoll.Conn).WaitRead()
+		rc, _ := c.(*netpoll.Conn).SyscallConn()
+		r.raw = rc.Read(func(uintptr) bool { return true })
+		_, r.fe = c.(*netpoll.Conn).File()
+		n, _ := c.Read(b[:])
+		r.rest = string(b[:n])
+		if f, err := c.(*netpoll.Conn).File(); err == nil {
+			f.Close()
+		}
+		results <- r
+		_, err := c.Write([]byte("ok"))
+		return err
+	}})
+	f := newLoopFixture(t, h, 1)
+	c := f.clients[0]
+	if _, err := c.Write([]byte("Rread ahead")); err != nil {
+		t.Fatal(err)
+	}
+	r := <-results
+	if r.pending != len("read ahead") || r.wait != nil || r.rest != "read ahead" {
+		t.Errorf("pending %d, WaitRead %v, rest %q: want %d, nil, %q", r.pending, r.wait, r.rest, len("read ahead"), "read ahead")
+	}
+	if !errors.Is(r.raw, netpoll.ErrReadAhead) || !errors.Is(r.fe, netpoll.ErrReadAhead) {
+		t.Errorf("RawConn.Read %v, File %v: want ErrReadAhead each", r.raw, r.fe)
+	}
+	got := make([]byte, 2)
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != "ok" {
+		t.Fatalf("reply %q, %v", got, err)
+	}
+	f.rest(t)
+	aheads0, _ := loopAheads(t, f.g, f.s)
+	for range 10 {
+		if err := echo1(c, []byte("xy"), got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.rest(t)
+	if aheads, _ := loopAheads(t, f.g, f.s); aheads != aheads0 {
+		t.Errorf("%d reads ahead after File had the fd, want 0", aheads-aheads0)
 	}
 }

@@ -22,7 +22,7 @@ type pollerStats struct {
 	LevelDisarms, Accepts, AcceptEAGAIN, AcceptBackoffs                 uint64
 	Rotations, AcceptTurns                                              uint64
 	HotEntries, HotExits, HotRefused                                    uint64
-	LoopTakeovers, LoopPasses, LoopTicks                                uint64
+	LoopTakeovers, LoopPasses, LoopTicks, LoopReadsAhead                uint64
 	Sendfiles, SendfileBytes, Splices, SpliceBytes                      uint64
 	Descriptors, Conns                                                  uint64
 }
@@ -104,6 +104,7 @@ const (
 	cLoopTakeovers
 	cLoopPasses
 	cLoopTicks
+	cLoopReadsAhead
 
 	numCounters
 )
@@ -152,6 +153,7 @@ func (s *pollerStats) counters() [numCounters]*uint64 {
 		cLoopTakeovers:  &s.LoopTakeovers,
 		cLoopPasses:     &s.LoopPasses,
 		cLoopTicks:      &s.LoopTicks,
+		cLoopReadsAhead: &s.LoopReadsAhead,
 		cAccepts:        &s.Accepts,
 		cAcceptEAGAIN:   &s.AcceptEAGAIN,
 		cAcceptBackoffs: &s.AcceptBackoffs,
@@ -278,6 +280,7 @@ var statTable = func() []stat {
 	counter("/netpoll/loop/takeovers:calls", "dispatch=loop: runs the watchdog took from the loop after they lasted through a whole tick (2 ms), a handler blocked; a new goroutine runs the loop.", cLoopTakeovers)
 	counter("/netpoll/loop/passes:calls", "dispatch=loop: times the loop passed to a new goroutine because its handler parked in a Read of its own connection, or ended its goroutine.", cLoopPasses)
 	counter("/netpoll/loop/ticks:calls", "dispatch=loop: the watchdog's wakeups, one per tick (2 ms) while the loop runs connections.", cLoopTicks)
+	counter("/netpoll/loop/reads-ahead:calls", "dispatch=loop: runs whose input the loop read ahead for the handler, with no poll(2) before the call.", cLoopReadsAhead)
 	counter("/netpoll/accept/eagain:calls", "accept4 calls that found no connection: a woken acceptor another beat to it.", cAcceptEAGAIN)
 	counter("/netpoll/accept/backoffs:calls", "Accept back-offs while out of descriptors or memory.", cAcceptBackoffs)
 	counter("/netpoll/accept/rotations:calls", "Exclusive listener registrations re-queued for balance.", cRotations)
