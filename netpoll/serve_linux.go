@@ -132,7 +132,7 @@ func (sc *serverConn) runOn(check bool, sr *serveRole, out uint64, lp *loopRole,
 			}
 		}
 		var t0 time.Duration
-		if timed {
+		if timed || lp != nil {
 			t0 = serveClock()
 		}
 		keep := sc.callIn(sr, out)
@@ -149,13 +149,17 @@ func (sc *serverConn) runOn(check bool, sr *serveRole, out uint64, lp *loopRole,
 			}
 		case lp != nil:
 			sc.s.stats.inlineCalls.Add(1)
-			if lp.word.Load() != mine {
+			moved := lp.word.Load() != mine
+			// A call that held the loop for demoteAfter or more blocked
+			// it, as did one the watchdog took: the connection's next
+			// calls run on goroutines of their own. A call whose park
+			// passed the loop on held it for no longer than its park.
+			if moved && lp.displaced(mine) || !moved && serveClock()-t0 >= demoteAfter {
+				sc.demote()
+			}
+			if moved {
 				// The role went on while the handler ran: the rest of
-				// this run is on a goroutine of its own, and a run the
-				// watchdog took had blocked.
-				if lp.displaced(mine) {
-					sc.demote()
-				}
+				// this run is on a goroutine of its own.
 				lp, timed = nil, true
 			}
 		case timed:

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -489,5 +490,47 @@ func TestServeLoopReadAheadRaw(t *testing.T) {
 	f.rest(t)
 	if aheads, _ := loopAheads(t, f.g, f.s); aheads != aheads0 {
 		t.Errorf("%d reads ahead after File had the fd, want 0", aheads-aheads0)
+	}
+}
+
+// TestServeLoopSlowCall: a call that holds the loop for demoteAfter
+// (100 µs) or more demotes its connection with no takeover, as a blocked
+// call on a worker does: its next four calls run on goroutines of their
+// own. The clock is the test's: the slow call moves it on by 200 µs.
+func TestServeLoopSlowCall(t *testing.T) {
+	var now atomic.Int64
+	h := netpoll.HandlerFunc(func(c net.Conn) error {
+		buf := make([]byte, 8)
+		n, err := c.Read(buf)
+		if err != nil {
+			return err
+		}
+		if string(buf[:n]) == "slow" {
+			now.Add(int64(200 * time.Microsecond))
+		}
+		_, err = c.Write(buf[:n])
+		return err
+	})
+	f := newLoopFixture(t, h, 1)
+	t.Cleanup(netpoll.SetServeClock(func() time.Duration { return time.Duration(now.Load()) }))
+	c := f.clients[0]
+	before := readLoop(t, f.g, f.s)
+	got := make([]byte, 4)
+	if err := echo1(c, []byte("slow"), got); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		f.rest(t)
+		if err := echo1(c, []byte("fast"), got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.rest(t)
+	d := readLoop(t, f.g, f.s).sub(before)
+	if d.demotions != 1 || d.promotions != 1 || d.takeovers != 0 {
+		t.Errorf("demotions %d, promotions %d, takeovers %d: want 1, 1, 0", d.demotions, d.promotions, d.takeovers)
+	}
+	if d.inline != 2 || d.worker != 4 {
+		t.Errorf("calls on the loop %d, on workers %d: want 2 (the slow call and the last), 4", d.inline, d.worker)
 	}
 }

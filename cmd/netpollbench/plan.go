@@ -67,7 +67,7 @@ var quotaConfigs = []string{"net", spinNever, defaultCfg, onDemandCfg, "rt-none"
 // a goroutine per call, whose tails issue 35 compares, and the profile's
 // rows; all of them cmd/echoserver (the rt- rows built with the patched
 // toolchain), which honours loadgen's Delay requests.
-var neighbourConfigs = []string{"net", defaultCfg, onDemandCfg, "auto-inline", "ondemand-go", "ondemand-role", "ondemand-inline", "rt-none", profileCfg}
+var neighbourConfigs = []string{"net", defaultCfg, onDemandCfg, "auto-inline", "ondemand-go", "ondemand-role", "ondemand-inline", "ondemand-loop", "rt-none", profileCfg}
 
 // httpIdleConfigs are the HTTP idle cell's configurations, those of them
 // among the run's net/http configurations (-http): cmd/httpserver on
