@@ -534,3 +534,46 @@ func TestServeLoopSlowCall(t *testing.T) {
 		t.Errorf("calls on the loop %d, on workers %d: want 2 (the slow call and the last), 4", d.inline, d.worker)
 	}
 }
+
+// TestServeLoopTakeoverQueue: the watchdog takes the loop from a run with
+// the rest of its poll's batch still queued, and the new holder runs it. A
+// third connection's handler holds the loop while a and b send, so that
+// the next poll finds both, a first (epoll's ready list is in order of
+// readiness); a's handler then blocks, and b, queued behind it, has no
+// edge left to come: only the queue passed with the loop serves it.
+func TestServeLoopTakeoverQueue(t *testing.T) {
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	f := newLoopFixture(t, blockingEcho(entered, release), 3)
+	a, b, c := f.clients[0], f.clients[1], f.clients[2]
+	if _, err := c.Write([]byte("block")); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	before := readLoop(t, f.g, f.s)
+	for _, m := range []struct {
+		c   net.Conn
+		msg string
+	}{{a, "block"}, {b, "b"}} {
+		if _, err := m.c.Write([]byte(m.msg)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release <- struct{}{} // c's handler goes on
+	got := make([]byte, 5)
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != "block" {
+		t.Fatalf("c's echo: %q, %v", got, err)
+	}
+	<-entered // a's handler, first in the next batch
+	f.tickUntil(t, "the watchdog took a's run", func() bool { return readLoop(t, f.g, f.s).sub(before).takeovers == 1 })
+	if _, err := io.ReadFull(b, got[:1]); err != nil || got[0] != 'b' {
+		t.Fatalf("b's echo while a's handler blocks: %q, %v", got[:1], err)
+	}
+	close(release)
+	if _, err := io.ReadFull(a, got); err != nil || string(got) != "block" {
+		t.Fatalf("a's echo after the release: %q, %v", got, err)
+	}
+	f.rest(t)
+	if d := readLoop(t, f.g, f.s).sub(before); d.takeovers != 1 || d.runs != 2 || d.demotions != 1 {
+		t.Errorf("takeovers %d, handler runs %d, demotions %d: want 1 (a's), 2 (a's and b's), 1", d.takeovers, d.runs, d.demotions)
+	}
+}

@@ -64,9 +64,10 @@ var quotaConfigs = []string{"net", spinNever, defaultCfg, onDemandCfg, "rt-none"
 // neighbourConfigs are the blocked-neighbour cell's configurations, those
 // of them the run has: package net, netpoll's default and on demand, (when
 // asked for in -configs) the default under wait=inline and on demand with
-// a goroutine per call, whose tails issue 35 compares, and the profile's
-// rows; all of them cmd/echoserver (the rt- rows built with the patched
-// toolchain), which honours loadgen's Delay requests.
+// a goroutine per call, and on the loop (ondemand-loop), whose tails
+// issue 35 compares, and the profile's rows; all of them cmd/echoserver
+// (the rt- rows built with the patched toolchain), which honours
+// loadgen's Delay requests.
 var neighbourConfigs = []string{"net", defaultCfg, onDemandCfg, "auto-inline", "ondemand-go", "ondemand-role", "ondemand-inline", "ondemand-loop", "rt-none", profileCfg}
 
 // httpIdleConfigs are the HTTP idle cell's configurations, those of them

@@ -21,7 +21,7 @@ import (
 
 // sweepConfigs are the configurations the sweep measures, those of them
 // the run has: the profile's rows (profileConfigs) among them.
-var sweepConfigs = []string{"net", "et", "inline", "auto", "auto-cold", "auto-inline", "spin", "ondemand", "ondemand-poll", "ondemand-role", "gnet", "c", "rt-none", profileCfg}
+var sweepConfigs = []string{"net", "et", "inline", "auto", "auto-cold", "auto-inline", "spin", "ondemand", "ondemand-poll", "ondemand-role", "ondemand-loop", "gnet", "c", "rt-none", profileCfg}
 
 // sweepShape is the sweep's load apart from the rate.
 var sweepShape = cell{conns: 1, size: 64}
