@@ -32,7 +32,10 @@ import (
 // connection that waits longer than a sweep (20-40 ms) goes back to the
 // Server's poller with no goroutine (the experiment dispatch=hot; with
 // dispatch=inline a call runs on the goroutine that polled, and the
-// poller's role passes on at the first event that comes while it runs).
+// poller's role passes on at the first event that comes while it runs;
+// with wait=block,dispatch=loop calls run one after another on the
+// poller's thread, and a watchdog hands the loop to a new thread once a
+// call has held it for 2-4 ms).
 // It keeps whatever it needs between calls in its own value: see
 // Server.NewHandler.
 //
@@ -43,7 +46,10 @@ import (
 //   - Nothing else: the calls of one connection may run on different
 //     goroutines (a busy connection's on one, until it idles), and under
 //     dispatch=inline one goroutine runs many connections' calls, with
-//     polls in between. Goroutine-local state a call changes
+//     polls in between; under dispatch=loop that goroutine is locked to
+//     the poller's thread (runtime.LockOSThread), and a call that parks
+//     in a Read of its own connection, or blocks past the watchdog,
+//     finishes on it unlocked while the loop goes on elsewhere. Goroutine-local state a call changes
 //     (runtime.LockOSThread, debug.SetPanicOnFault) must be restored
 //     before it returns: a call that returns locked to its thread leaves
 //     the thread locked for whatever the goroutine runs next. A program
