@@ -2,10 +2,13 @@ package netpoll_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net"
 	"runtime"
+	"runtime/pprof"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -575,5 +578,51 @@ func TestServeLoopTakeoverQueue(t *testing.T) {
 	f.rest(t)
 	if d := readLoop(t, f.g, f.s).sub(before); d.takeovers != 1 || d.runs != 2 || d.demotions != 1 {
 		t.Errorf("takeovers %d, handler runs %d, demotions %d: want 1 (a's), 2 (a's and b's), 1", d.takeovers, d.runs, d.demotions)
+	}
+}
+
+// TestServeLoopLabels: a call's labels do not outlive it on the loop
+// either. A's handler sets a label and returns; B's next call, on the loop
+// goroutine too, has only netpoll=handler.
+func TestServeLoopLabels(t *testing.T) {
+	profile := make(chan string, 1)
+	f := newLoopFixture(t, netpoll.HandlerFunc(func(c net.Conn) error {
+		var b [1]byte
+		if _, err := c.Read(b[:]); err != nil {
+			return err
+		}
+		switch b[0] {
+		case 'A':
+			pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("leak", "A")))
+		case 'B':
+			var p bytes.Buffer
+			pprof.Lookup("goroutine").WriteTo(&p, 1)
+			profile <- p.String()
+		}
+		_, err := c.Write(b[:])
+		return err
+	}), 2)
+	ca, cb, got := f.clients[0], f.clients[1], make([]byte, 1)
+	before := readLoop(t, f.g, f.s)
+	if err := echo1(ca, []byte("A"), got); err != nil {
+		t.Fatal(err)
+	}
+	f.rest(t)
+	if err := echo1(cb, []byte("B"), got); err != nil {
+		t.Fatal(err)
+	}
+	p := <-profile
+	f.rest(t)
+	if d := readLoop(t, f.g, f.s).sub(before); d.inline != 2 || d.takeovers+d.passes != 0 {
+		t.Fatalf("%+v: want both calls on the loop", d)
+	}
+	i := strings.Index(p, "TestServeLoopLabels.func1")
+	if i < 0 {
+		t.Fatalf("the handler is not in the goroutine profile:\n%s", p)
+	}
+	head := p[:i]
+	head = head[strings.LastIndex(head, "\n\n")+1:]
+	if !strings.Contains(head, `"netpoll":"handler"`) || strings.Contains(head, "leak") {
+		t.Errorf("B's call has labels other than netpoll=handler:\n%s", head)
 	}
 }
