@@ -80,16 +80,7 @@ func TestServeReadAheadHops(t *testing.T) {
 // 1,000-byte message whole and in order, the rest of each read ahead
 // taken by the calls after, with no read(2) of their own.
 func TestServeReadAheadSmallReads(t *testing.T) {
-	h := netpoll.HandlerFunc(func(c net.Conn) error {
-		var b [7]byte
-		n, err := c.Read(b[:])
-		if err != nil {
-			return err
-		}
-		_, err = c.Write(b[:n])
-		return err
-	})
-	_, s, c, stop := hotFixture(t, h)
+	_, s, c, stop := hotFixture(t, sevenByteEcho)
 	heatAhead(t, s, c, stop)
 	calls0, aheads0 := aheadStats(t, s)
 	msg := bytes.Repeat([]byte("0123456789abcdefghijklmnopqrstuvwxyz"), 28)[:1000]
@@ -456,3 +447,15 @@ func awaitAbcEOF(t *testing.T, reads <-chan reviewRead, state func() string) {
 		}
 	}
 }
+
+// sevenByteEcho echoes what a Read of at most 7 bytes gets, so that a
+// message takes many calls.
+var sevenByteEcho = netpoll.HandlerFunc(func(c net.Conn) error {
+	var b [7]byte
+	n, err := c.Read(b[:])
+	if err != nil {
+		return err
+	}
+	_, err = c.Write(b[:n])
+	return err
+})

@@ -634,22 +634,7 @@ func TestServeInlineArmFails(t *testing.T) {
 // goroutine, has only netpoll=handler.
 func TestServeInlineLabels(t *testing.T) {
 	profile := make(chan string, 1)
-	f := newFixture(t, &netpoll.Server{Handler: netpoll.HandlerFunc(func(c net.Conn) error {
-		var b [1]byte
-		if _, err := c.Read(b[:]); err != nil {
-			return err
-		}
-		switch b[0] {
-		case 'A':
-			pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("leak", "A")))
-		case 'B':
-			var p bytes.Buffer
-			pprof.Lookup("goroutine").WriteTo(&p, 1)
-			profile <- p.String()
-		}
-		_, err := c.Write(b[:])
-		return err
-	})}, 2)
+	f := newFixture(t, &netpoll.Server{Handler: labelProbe(profile)}, 2)
 	ca, cb, got := f.clients[0], f.clients[1], make([]byte, 1)
 	before := f.stats(t)
 	if err := echo1(ca, []byte("A"), got); err != nil {
@@ -664,7 +649,35 @@ func TestServeInlineLabels(t *testing.T) {
 	if d := f.stats(t).sub(before); d.inline != 2 || d.takeovers != 0 {
 		t.Fatalf("%+v: want both calls inline, on the goroutine that holds the role", d)
 	}
-	i := strings.Index(p, "TestServeInlineLabels.func1")
+	checkOnlyHandlerLabel(t, p)
+}
+
+// labelProbe echoes one byte per call: after 'A' it sets a label it does
+// not clear, and on 'B' it sends the goroutine profile on profile.
+func labelProbe(profile chan<- string) netpoll.Handler {
+	return netpoll.HandlerFunc(func(c net.Conn) error {
+		var b [1]byte
+		if _, err := c.Read(b[:]); err != nil {
+			return err
+		}
+		switch b[0] {
+		case 'A':
+			pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("leak", "A")))
+		case 'B':
+			var p bytes.Buffer
+			pprof.Lookup("goroutine").WriteTo(&p, 1)
+			profile <- p.String()
+		}
+		_, err := c.Write(b[:])
+		return err
+	})
+}
+
+// checkOnlyHandlerLabel checks, in a goroutine profile labelProbe took,
+// that its call ran with netpoll=handler and no other label.
+func checkOnlyHandlerLabel(t *testing.T, p string) {
+	t.Helper()
+	i := strings.Index(p, "labelProbe.func1")
 	if i < 0 {
 		t.Fatalf("the handler is not in the goroutine profile:\n%s", p)
 	}

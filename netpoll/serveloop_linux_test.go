@@ -2,13 +2,10 @@ package netpoll_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"net"
 	"runtime"
-	"runtime/pprof"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -403,16 +400,7 @@ func TestServeLoopReadAhead(t *testing.T) {
 // 1,000-byte message whole and in order, called again with no syscall
 // while input read ahead is left: 143 calls per read ahead's worth.
 func TestServeLoopSmallReads(t *testing.T) {
-	h := netpoll.HandlerFunc(func(c net.Conn) error {
-		var b [7]byte
-		n, err := c.Read(b[:])
-		if err != nil {
-			return err
-		}
-		_, err = c.Write(b[:n])
-		return err
-	})
-	f := newLoopFixture(t, h, 1)
+	f := newLoopFixture(t, sevenByteEcho, 1)
 	c := f.clients[0]
 	before := readLoop(t, f.g, f.s)
 	aheads0, checks0 := loopAheads(t, f.g, f.s)
@@ -586,22 +574,7 @@ func TestServeLoopTakeoverQueue(t *testing.T) {
 // goroutine too, has only netpoll=handler.
 func TestServeLoopLabels(t *testing.T) {
 	profile := make(chan string, 1)
-	f := newLoopFixture(t, netpoll.HandlerFunc(func(c net.Conn) error {
-		var b [1]byte
-		if _, err := c.Read(b[:]); err != nil {
-			return err
-		}
-		switch b[0] {
-		case 'A':
-			pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("leak", "A")))
-		case 'B':
-			var p bytes.Buffer
-			pprof.Lookup("goroutine").WriteTo(&p, 1)
-			profile <- p.String()
-		}
-		_, err := c.Write(b[:])
-		return err
-	}), 2)
+	f := newLoopFixture(t, labelProbe(profile), 2)
 	ca, cb, got := f.clients[0], f.clients[1], make([]byte, 1)
 	before := readLoop(t, f.g, f.s)
 	if err := echo1(ca, []byte("A"), got); err != nil {
@@ -616,13 +589,5 @@ func TestServeLoopLabels(t *testing.T) {
 	if d := readLoop(t, f.g, f.s).sub(before); d.inline != 2 || d.takeovers+d.passes != 0 {
 		t.Fatalf("%+v: want both calls on the loop", d)
 	}
-	i := strings.Index(p, "TestServeLoopLabels.func1")
-	if i < 0 {
-		t.Fatalf("the handler is not in the goroutine profile:\n%s", p)
-	}
-	head := p[:i]
-	head = head[strings.LastIndex(head, "\n\n")+1:]
-	if !strings.Contains(head, `"netpoll":"handler"`) || strings.Contains(head, "leak") {
-		t.Errorf("B's call has labels other than netpoll=handler:\n%s", head)
-	}
+	checkOnlyHandlerLabel(t, p)
 }
