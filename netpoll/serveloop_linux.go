@@ -164,6 +164,7 @@ func (lp *loopRole) run() {
 				return
 			}
 			mine = 0
+			lp.running.Store(nil) // holds no connection past its run
 		}
 		clear(lp.queue[:lp.head])
 		lp.queue, lp.head = lp.queue[:0], 0
