@@ -57,13 +57,19 @@ type loopFixture struct {
 
 func newLoopFixture(t *testing.T, h netpoll.Handler, clients int) *loopFixture {
 	t.Helper()
+	return newLoopFixtureOf(t, &netpoll.Server{Handler: h}, clients)
+}
+
+// newLoopFixtureOf is newLoopFixture serving s.
+func newLoopFixtureOf(t *testing.T, s *netpoll.Server, clients int) *loopFixture {
+	t.Helper()
 	stopClock(t)
 	f := &loopFixture{tick: make(chan time.Time)}
 	restore := netpoll.SetLoopTick(f.tick)
 	f.g = newGroup(t, cfgOf(t, "wait=block,dispatch=loop"))
 	restore() // the group's watchdog has its clock
 	l := listen(t, f.g, "tcp")
-	f.s = &netpoll.Server{Handler: h}
+	f.s = s
 	serveOn(t, f.s, l)
 	done, stop := watchdog(t, time.Minute)
 	t.Cleanup(done)
@@ -590,4 +596,43 @@ func TestServeLoopLabels(t *testing.T) {
 		t.Fatalf("%+v: want both calls on the loop", d)
 	}
 	checkOnlyHandlerLabel(t, p)
+}
+
+// TestServeLoopHookBlocks: the watchdog takes a run whose hand-off blocks
+// (a StateIdle hook, user code the run calls after the handler): the
+// other connection is served while the hook blocks, and the connection
+// whose hook blocked goes idle once it returns and is served again.
+func TestServeLoopHookBlocks(t *testing.T) {
+	var block atomic.Bool
+	entered, release := make(chan struct{}), make(chan struct{})
+	f := newLoopFixtureOf(t, &netpoll.Server{Handler: echoHandler, ConnState: func(_ net.Conn, st netpoll.ConnState) {
+		if st == netpoll.StateIdle && block.CompareAndSwap(true, false) {
+			entered <- struct{}{}
+			<-release
+		}
+	}}, 2)
+	a, b := f.clients[0], f.clients[1]
+	before := readLoop(t, f.g, f.s)
+	block.Store(true)
+	got := make([]byte, 1)
+	if err := echo1(a, []byte("a"), got); err != nil {
+		t.Fatal(err)
+	}
+	<-entered
+	if _, err := b.Write([]byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	f.tickUntil(t, "the watchdog took the run in its hand-off", func() bool { return readLoop(t, f.g, f.s).sub(before).takeovers == 1 })
+	if _, err := io.ReadFull(b, got); err != nil || got[0] != 'b' {
+		t.Fatalf("b's echo while a's hook blocks: %q, %v", got, err)
+	}
+	close(release)
+	f.rest(t)
+	if err := echo1(a, []byte("a"), got); err != nil || got[0] != 'a' {
+		t.Fatalf("a's echo after its hook returned: %q, %v", got, err)
+	}
+	f.rest(t)
+	if d := readLoop(t, f.g, f.s).sub(before); d.takeovers != 1 || d.runs != 3 || d.passes != 0 {
+		t.Errorf("takeovers %d, handler runs %d, passes %d: want 1, 3, 0", d.takeovers, d.runs, d.passes)
+	}
 }
