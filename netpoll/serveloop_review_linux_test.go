@@ -1,0 +1,77 @@
+package netpoll_test
+
+import (
+	"io"
+	"net"
+	"testing"
+
+	"github.com/edgepoll/edgepoll/netpoll"
+)
+
+// keyedBlockingEcho echoes what one Read gets; a message naming one of
+// gates ("blockA") first reports on its entered channel and waits for its
+// release channel, so that two handlers block and are released apart.
+type gate struct{ entered, release chan struct{} }
+
+func keyedBlockingEcho(gates map[string]gate) netpoll.Handler {
+	return netpoll.HandlerFunc(func(c net.Conn) error {
+		buf := make([]byte, 64)
+		n, err := c.Read(buf)
+		if err != nil {
+			return err
+		}
+		if g, ok := gates[string(buf[:n])]; ok {
+			g.entered <- struct{}{}
+			<-g.release
+		}
+		_, err = c.Write(buf[:n])
+		return err
+	})
+}
+
+// TestServeLoopReviewTwoTakeovers: the watchdog takes a's blocked run, then
+// b's on the next holder, while a's handler still blocks. Both runs were
+// displaced, so both connections are demoted (DESIGN: "a run the watchdog
+// took ... makes its connection's next calls run on goroutines of their
+// own"). loopRole.blocked holds one word: b's takeover overwrites a's, and
+// a's owner, which reads it only once its call returns, finds b's word
+// and does not demote a.
+func TestServeLoopReviewTwoTakeovers(t *testing.T) {
+	ga := gate{make(chan struct{}), make(chan struct{})}
+	gb := gate{make(chan struct{}), make(chan struct{})}
+	f := newLoopFixture(t, keyedBlockingEcho(map[string]gate{"blockA": ga, "blockB": gb}), 2)
+	a, b := f.clients[0], f.clients[1]
+	before := readLoop(t, f.g, f.s)
+	if _, err := a.Write([]byte("blockA")); err != nil {
+		t.Fatal(err)
+	}
+	<-ga.entered
+	f.tickUntil(t, "the watchdog took a's run", func() bool { return readLoop(t, f.g, f.s).sub(before).takeovers == 1 })
+	if _, err := b.Write([]byte("blockB")); err != nil {
+		t.Fatal(err)
+	}
+	<-gb.entered
+	f.tickUntil(t, "the watchdog took b's run", func() bool { return readLoop(t, f.g, f.s).sub(before).takeovers == 2 })
+	got := make([]byte, 6)
+	close(ga.release)
+	if _, err := io.ReadFull(a, got); err != nil || string(got) != "blockA" {
+		t.Fatalf("a's echo: %q, %v", got, err)
+	}
+	close(gb.release)
+	if _, err := io.ReadFull(b, got); err != nil || string(got) != "blockB" {
+		t.Fatalf("b's echo: %q, %v", got, err)
+	}
+	f.rest(t)
+	if d := readLoop(t, f.g, f.s).sub(before); d.takeovers != 2 || d.demotions != 2 {
+		t.Errorf("takeovers %d, demotions %d: want 2, 2 (a's and b's runs were both taken)", d.takeovers, d.demotions)
+	}
+	// a's next call, demoted, runs on a goroutine of its own.
+	w := readLoop(t, f.g, f.s)
+	if err := echo1(a, []byte("a"), got[:1]); err != nil {
+		t.Fatal(err)
+	}
+	f.rest(t)
+	if d := readLoop(t, f.g, f.s).sub(w); d.worker != 1 || d.inline != 0 {
+		t.Errorf("a's call after its run was taken: on workers %d, on the loop %d; want 1, 0", d.worker, d.inline)
+	}
+}
