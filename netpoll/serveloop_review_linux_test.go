@@ -1,6 +1,9 @@
 package netpoll_test
 
 import (
+	"errors"
+	"runtime"
+	"weak"
 	"io"
 	"net"
 	"testing"
@@ -73,5 +76,70 @@ func TestServeLoopReviewTwoTakeovers(t *testing.T) {
 	f.rest(t)
 	if d := readLoop(t, f.g, f.s).sub(w); d.worker != 1 || d.inline != 0 {
 		t.Errorf("a's call after its run was taken: on workers %d, on the loop %d; want 1, 0", d.worker, d.inline)
+	}
+}
+
+// TestServeLoopReviewRunningAfterClose: the loop holds no connection past
+// its run (loopRole.running is cleared after the holder's CAS). A run that
+// ends otherwise, by a handler's Goexit or on the goroutine its park passed
+// the loop from, leaves running naming the connection until the next
+// holder's next run: a closed connection (its serverConn, Conn and desc)
+// stays reachable while the loop is at rest. The first case, a run that
+// returns on the loop, shows that the check can pass.
+func TestServeLoopReviewRunningAfterClose(t *testing.T) {
+	conns := make(chan weak.Pointer[netpoll.Conn], 1)
+	h := netpoll.HandlerFunc(func(c net.Conn) error {
+		buf := make([]byte, 8)
+		n, err := c.Read(buf)
+		if err != nil {
+			return err
+		}
+		switch string(buf[:n]) {
+		case "close":
+			conns <- weak.Make(c.(*netpoll.Conn))
+			return errors.New("closed by the handler")
+		case "exit":
+			conns <- weak.Make(c.(*netpoll.Conn))
+			runtime.Goexit()
+		case "park":
+			conns <- weak.Make(c.(*netpoll.Conn))
+			_, err := c.Read(buf) // parks, passing the loop on; EOF
+			return err
+		}
+		_, err = c.Write(buf[:n])
+		return err
+	})
+	f := newLoopFixture(t, h, 3)
+	for i, msg := range []string{"close", "exit", "park"} {
+		c := f.clients[i]
+		before := readLoop(t, f.g, f.s)
+		if _, err := c.Write([]byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		wp := <-conns
+		if msg == "park" {
+			if !await(f.stop, func() bool { return readLoop(t, f.g, f.s).passes != before.passes }) {
+				t.Fatal("the park never passed the loop on")
+			}
+			c.(*net.TCPConn).CloseWrite()
+		}
+		if n, err := c.Read(make([]byte, 1)); err != io.EOF {
+			t.Fatalf("%s: the client read %d, %v; want EOF", msg, n, err)
+		}
+		want := 2 - i
+		if !await(f.stop, func() bool {
+			n := 0
+			for range f.s.Conns() {
+				n++
+			}
+			return n == want && netpoll.LoopState(f.g, 0) == "poll"
+		}) {
+			t.Fatalf("%s: the connection was never forgotten", msg)
+		}
+		runtime.GC()
+		runtime.GC()
+		if wp.Value() != nil {
+			t.Errorf("%s: the closed connection is still reachable with the loop at rest", msg)
+		}
 	}
 }
