@@ -3,6 +3,8 @@ package netpoll_test
 import (
 	"errors"
 	"runtime"
+	"sync/atomic"
+	"time"
 	"weak"
 	"io"
 	"net"
@@ -141,5 +143,54 @@ func TestServeLoopReviewRunningAfterClose(t *testing.T) {
 		if wp.Value() != nil {
 			t.Errorf("%s: the closed connection is still reachable with the loop at rest", msg)
 		}
+	}
+}
+
+// TestServeLoopReviewSlowThenPark: a call that holds the loop for 200 µs
+// (the test's clock), more than demoteAfter, and then parks in a Read of
+// its connection, held the loop as long as TestServeLoopSlowCall's slow
+// call did before its park passed the loop on; DESIGN: "a call that held
+// the loop for 100 µs or more" demotes. runOn only times calls the word
+// did not move under (!moved && ...), so the time before the park is
+// forgotten: a handler that computes for milliseconds and then reads more
+// of its request is never demoted unless the watchdog's tick falls in it.
+func TestServeLoopReviewSlowThenPark(t *testing.T) {
+	var now atomic.Int64
+	h := netpoll.HandlerFunc(func(c net.Conn) error {
+		buf := make([]byte, 8)
+		n, err := c.Read(buf)
+		if err != nil {
+			return err
+		}
+		if string(buf[:n]) == "slow" {
+			now.Add(int64(200 * time.Microsecond))
+			if _, err := io.ReadFull(c, buf[4:8]); err != nil { // parks: the loop passes on
+				return err
+			}
+			n = 8
+		}
+		_, err = c.Write(buf[:n])
+		return err
+	})
+	f := newLoopFixture(t, h, 1)
+	t.Cleanup(netpoll.SetServeClock(func() time.Duration { return time.Duration(now.Load()) }))
+	c := f.clients[0]
+	before := readLoop(t, f.g, f.s)
+	if _, err := c.Write([]byte("slow")); err != nil {
+		t.Fatal(err)
+	}
+	if !await(f.stop, func() bool { return readLoop(t, f.g, f.s).passes != before.passes }) {
+		t.Fatal("the loop never passed on")
+	}
+	if _, err := c.Write([]byte("park")); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 8)
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != "slowpark" {
+		t.Fatalf("echo %q, %v", got, err)
+	}
+	f.rest(t)
+	if d := readLoop(t, f.g, f.s).sub(before); d.passes != 1 || d.takeovers != 0 || d.demotions != 1 {
+		t.Errorf("passes %d, takeovers %d, demotions %d: want 1, 0, 1 (200 µs on the loop before the park)", d.passes, d.takeovers, d.demotions)
 	}
 }
