@@ -105,11 +105,11 @@ func (s *Server) serve(c net.Conn) {
 // before the first call (an edge started it, and edges may be stale). sr
 // is the role this goroutine holds out, with the role's word out, when it
 // runs sc inline (serveRole.runNext); nil on a goroutine of its own.
-func (sc *serverConn) run(check bool, sr *serveRole, out uint64) { sc.runOn(check, sr, out, nil, 0) }
+func (sc *serverConn) run(check bool, sr *serveRole, out uint64) { sc.runOn(check, sr, out, nil, nil) }
 
 // runOn is run, and for a run on a poller's loop (serveloop_linux.go) the
-// loop's role and the word of the run, mine.
-func (sc *serverConn) runOn(check bool, sr *serveRole, out uint64, lp *loopRole, mine uint64) {
+// loop's role and the holder's record of the run, r.
+func (sc *serverConn) runOn(check bool, sr *serveRole, out uint64, lp *loopRole, r *loopRun) {
 	d := sc.desc()
 	if d.p.inline != nil {
 		// Started by an edge, it may be what a waitInline holder's poll
@@ -134,6 +134,9 @@ func (sc *serverConn) runOn(check bool, sr *serveRole, out uint64, lp *loopRole,
 		var t0 time.Duration
 		if timed || lp != nil {
 			t0 = serveClock()
+			if lp != nil {
+				r.call.Store(int64(t0))
+			}
 		}
 		keep := sc.callIn(sr, out)
 		switch {
@@ -149,12 +152,12 @@ func (sc *serverConn) runOn(check bool, sr *serveRole, out uint64, lp *loopRole,
 			}
 		case lp != nil:
 			sc.s.stats.inlineCalls.Add(1)
-			moved := lp.word.Load() != mine
+			moved := lp.word.Load() != r.mine.Load()
 			// A call that held the loop for demoteAfter or more blocked
 			// it, as did one the watchdog took: the connection's next
 			// calls run on goroutines of their own. A call whose park
-			// passed the loop on held it for no longer than its park.
-			if moved && lp.displaced(mine) || !moved && serveClock()-t0 >= demoteAfter {
+			// passed the loop on held it until the park.
+			if moved && r.blocked() || !moved && serveClock()-t0 >= demoteAfter {
 				sc.demote()
 			}
 			if moved {

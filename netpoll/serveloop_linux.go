@@ -57,15 +57,10 @@ import (
 type loopRole struct {
 	p    *poller
 	word atomic.Uint64
-	// running is the connection of the run the word names while it is
-	// odd; stored by the holder before the word moves to odd. passOnPark
-	// loads the word, then running: a new holder stores running before
-	// its own odd word, so an odd word seen with running == sc is sc's run.
-	running atomic.Pointer[serverConn]
-	// blocked is the word of the run the watchdog took, stored before its
-	// CAS: the run's owner reads it once it sees the word moved, to tell
-	// a takeover (demote) from a park's pass (not).
-	blocked atomic.Uint64
+	// cur is the holder's run record (loopRun): a new holder stores its
+	// own before its first run, so no record of a goroutine that lost the
+	// role stays reachable from here.
+	cur atomic.Pointer[loopRun]
 
 	// Owned by the role's holder.
 	step  pollStep
@@ -83,6 +78,25 @@ type loopRole struct {
 	dogWake   chan struct{}    // capacity 1: the send that wakes it
 	quit      chan struct{}    // closed once the loop has stopped
 }
+
+// loopRun is what a holder goroutine keeps of the run it makes: one per
+// goroutine, reused run after run. sc and mine are stored before the word
+// moves to odd, and sc is cleared once the run returns: passOnPark loads
+// the word, then cur and its fields, so an odd word seen with r.mine equal
+// to it and r.sc == sc is sc's run. The run's owner tells a pass from a
+// takeover by passed, which passOnPark stores after it won the word: a run
+// that lost the word and was not passed was taken by the watchdog.
+type loopRun struct {
+	sc     atomic.Pointer[serverConn]
+	mine   atomic.Uint64
+	call   atomic.Int64  // serveClock when the run's current call began
+	passed atomic.Uint32 // runPassed or runPassedSlow once a park passed the run on
+}
+
+const (
+	runPassed     = 1 // a park passed the run on
+	runPassedSlow = 2 // ... after its call had held the loop demoteAfter or more
+)
 
 // loopTick is the watchdog's period: a run that lasts through a whole tick
 // is taken over, so a handler that blocks holds the other connections up
@@ -119,6 +133,8 @@ func (lp *loopRole) start() {
 // on while this goroutine runs a connection (it exits, its run finished).
 func (lp *loopRole) run() {
 	runtime.LockOSThread()
+	r := new(loopRun)
+	lp.cur.Store(r)
 	var mine uint64   // the word of this goroutine's run, while it runs one
 	var la *loopAhead // its input read ahead, while it runs one
 	done := false
@@ -145,12 +161,14 @@ func (lp *loopRole) run() {
 				sc.start(true) // ours: the role owned it
 				continue
 			}
-			lp.running.Store(sc)
+			r.sc.Store(sc)
+			r.passed.Store(0)
+			r.mine.Store(lp.word.Load() + 1) // the holder alone moves an even word
 			mine = lp.word.Add(1)
 			lp.wakeDog()
 			var check bool
 			la, check = lp.readAhead(sc)
-			sc.runOn(check, nil, 0, lp, mine)
+			sc.runOn(check, nil, 0, lp, r)
 			pprof.SetGoroutineLabels(context.Background())
 			if la != nil {
 				lp.release(la)
@@ -164,7 +182,7 @@ func (lp *loopRole) run() {
 				return
 			}
 			mine = 0
-			lp.running.Store(nil) // holds no connection past its run
+			r.sc.Store(nil) // holds no connection past its run
 		}
 		clear(lp.queue[:lp.head])
 		lp.queue, lp.head = lp.queue[:0], 0
@@ -196,12 +214,11 @@ func (lp *loopRole) stop() {
 	close(lp.p.stopped)
 }
 
-// displaced reports, for the owner of the run mine once it has seen the
-// word move, whether the watchdog took the run (it blocked: demote) rather
-// than a park passing the role on.
-func (lp *loopRole) displaced(mine uint64) (blocked bool) {
-	return lp.blocked.Load() == mine
-}
+// blocked reports, for the owner of run r once it has seen the word move,
+// whether its connection must be demoted: the watchdog took the run (not
+// a park's pass), or the call held the loop demoteAfter or more before its
+// park passed it on.
+func (r *loopRun) blocked() bool { return r.passed.Load() != runPassed }
 
 // passOnPark is called by an operation about to park in dr of sc's
 // descriptor: if sc is the connection the holder runs, the caller is the
@@ -209,11 +226,22 @@ func (lp *loopRole) displaced(mine uint64) (blocked bool) {
 // loop is the holder's), and the park would wait for a poll only the loop
 // makes, so the role goes to a new goroutine first and this one stays
 // with its connection.
+//
+// It unlocks the caller's thread: the holder's, locked by run. A goroutine
+// other than the handler that reads the connection while the handler runs
+// on the loop (which nothing else stops) would pass the loop on too, and
+// lose one of its own LockOSThread calls, if it had made any.
 func (lp *loopRole) passOnPark(sc *serverConn) {
 	w := lp.word.Load()
-	if w&1 == 0 || lp.running.Load() != sc || !lp.word.CompareAndSwap(w, w+1) {
+	r := lp.cur.Load()
+	if w&1 == 0 || r == nil || r.mine.Load() != w || r.sc.Load() != sc || !lp.word.CompareAndSwap(w, w+1) {
 		return
 	}
+	passed := uint32(runPassed)
+	if serveClock()-time.Duration(r.call.Load()) >= demoteAfter {
+		passed = runPassedSlow
+	}
+	r.passed.Store(passed)
 	lp.p.st.inc(cLoopPasses)
 	runtime.UnlockOSThread()
 	go lp.run()
@@ -252,7 +280,6 @@ func (lp *loopRole) watchdog() {
 			last = w // runs moved on
 		case w&1 == 1:
 			// The same run through a whole tick: blocked.
-			lp.blocked.Store(w)
 			if lp.word.CompareAndSwap(w, w+1) {
 				lp.p.st.inc(cLoopTakeovers)
 				go lp.run()

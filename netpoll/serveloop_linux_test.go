@@ -308,6 +308,7 @@ func TestServeLoopGoexit(t *testing.T) {
 // handler blocks on the loop, with the watchdog's real clock: the watchdog
 // takes the loop, and the new holder sees the stop.
 func TestServeLoopCloseBlocked(t *testing.T) {
+	stopClock(t) // no call counts as slow: the blocking one runs on the loop
 	g := newGroup(t, cfgOf(t, "wait=block,dispatch=loop"))
 	l := listen(t, g, "tcp")
 	entered, release := make(chan struct{}), make(chan struct{})

@@ -2,13 +2,13 @@ package netpoll_test
 
 import (
 	"errors"
-	"runtime"
-	"sync/atomic"
-	"time"
-	"weak"
 	"io"
 	"net"
+	"runtime"
+	"sync/atomic"
 	"testing"
+	"time"
+	"weak"
 
 	"github.com/edgepoll/edgepoll/netpoll"
 )
