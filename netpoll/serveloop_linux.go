@@ -18,15 +18,15 @@ import (
 // on whichever thread finds it. A serial loop on one locked thread wakes
 // nobody while requests keep coming: the thread polls, runs each ready
 // connection's handler, and polls again. Measured on echo at 50 connections
-// (testdata/issue35/loop): the loop spent 0.85x package net's CPU per
-// request unpinned, gnet's 0.83x, where dispatch=hot spent 0.96x.
+// unpinned (testdata/issue35/loop, four runs): the loop spent 0.84-0.98x
+// package net's CPU per request, gnet 0.79-0.89x, dispatch=hot 0.93-1.09x.
 //
 // The role. Whoever runs the loop holds the role; the role's word says
 // what the holder does:
 //
 //	even   the holder polls, or moves between connections
-//	odd    the holder runs a connection (serverConn.run: its hand-offs and
-//	       handler calls)
+//	odd    the holder runs a connection (serverConn.runOn: its hand-offs
+//	       and handler calls)
 //
 // The word grows by one at every move, so a value names one run. Only the
 // holder makes it odd (loopRole.run). Three things make it even again, each
@@ -52,8 +52,9 @@ import (
 // Invariants: one goroutine holds the role; a connection on the queue is
 // owned by the role and leaves it for exactly one run (by the holder, or on
 // a goroutine of its own when it is demoted or the poller stops); a run
-// displaced by the watchdog demotes its connection (demoteRuns calls on a
-// goroutine of their own before it runs on the loop again).
+// the watchdog took, or a call that held the loop demoteAfter or more,
+// demotes its connection (demoteRuns calls on goroutines of their own
+// before it runs on the loop again).
 type loopRole struct {
 	p    *poller
 	word atomic.Uint64
