@@ -232,6 +232,10 @@ func Closing(c any) bool { return descOf(c).closing() }
 // PollerFD returns poller i's epoll fd.
 func PollerFD(g *Group, i int) int { return g.pollers[i].epfd }
 
+// PollerThread returns the thread of poller i's loop under wait=block, 0
+// until it has locked one (and under the other waits).
+func PollerThread(g *Group, i int) int { return int(g.pollers[i].tid.Load()) }
+
 // ListenerFDs returns the socket of each of a *Listener's registrations, in
 // the order of the pollers they are registered on: one for Single, the
 // shared socket once per poller for Exclusive and WakeAll, a socket per

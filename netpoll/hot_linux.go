@@ -308,14 +308,15 @@ func (h *hotWait) serve(fd uintptr) bool {
 			h.keep = false
 			return true
 		}
-		// Drained (a short Read or read ahead, skipping on, nothing
-		// sticky) and no edge since on our side: anything that comes sets
-		// the runtime's flag, cleared before the call. Otherwise ask the
-		// socket, unless input read ahead is left for the handler.
+		// Drained (a short Read or read ahead, skipping on and the
+		// conditions watched: hotSkips; nothing sticky) and no edge since
+		// on our side: anything that comes sets the runtime's flag,
+		// cleared before the call. Otherwise ask the socket, unless input
+		// read ahead is left for the handler.
 		dr.mu.Lock()
 		plain := sc.plainLocked()
 		left := h.ahead.Load() != nil
-		ask = !left && !(d.skip && dr.drained && d.sticky.Load() == 0 && dr.state.Load() == stEmpty)
+		ask = !left && !(hotSkips(d) && dr.drained && d.sticky.Load() == 0 && dr.state.Load() == stEmpty)
 		dr.mu.Unlock()
 		if !plain {
 			// Returned: the hand-off acts on it, closing the connection

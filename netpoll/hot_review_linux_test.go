@@ -42,7 +42,9 @@ type reviewRead struct {
 // the runtime keeps EPOLLERR for the dup (pollEventErr), so the wait fails
 // at once and the connection goes cold, where the restore's MOD reports it.
 func TestHotReviewShortReadPending(t *testing.T) {
-	for _, dispatch := range []string{"go", "hot"} {
+	// hot-block: dispatch=hot under wait=block, where a hot connection
+	// watches nothing and never skips (watchesSticky says why).
+	for _, dispatch := range []string{"go", "hot", "hot-block"} {
 		for _, p := range shortPaths {
 			if p.network != "tcp" || p.setup != nil {
 				continue
@@ -68,7 +70,11 @@ func hotReviewShortRead(t *testing.T, dispatch string, p shortPath) {
 		}
 		return err
 	})
-	g := newGroup(t, cfgOf(t, "dispatch="+dispatch+",spin=off,shortread=on"))
+	cfg, hot := "dispatch="+dispatch, dispatch != "go"
+	if dispatch == "hot-block" {
+		cfg = "dispatch=hot,wait=block"
+	}
+	g := newGroup(t, cfgOf(t, cfg+",spin=off,shortread=on"))
 	l := listen(t, g, "tcp")
 	s := &netpoll.Server{Handler: h}
 	serveOn(t, s, l)
@@ -95,7 +101,7 @@ func hotReviewShortRead(t *testing.T, dispatch string, p shortPath) {
 			t.Fatalf("first Reads: %q, %v", r.s, r.err)
 		}
 	}
-	if dispatch == "hot" && !await(stop, func() bool { return netpoll.HotWaiting(s) == 1 }) {
+	if hot && !await(stop, func() bool { return netpoll.HotWaiting(s) == 1 }) {
 		t.Fatal("the connection never waited hot")
 	}
 	// Under dispatch=hot this call runs inside the dup's RawConn.Read.

@@ -35,13 +35,16 @@ type poller struct {
 	// (internal/poll's prepareRead), so an edge that came in between
 	// would be lost until the next one (runNested).
 	strategy waitKind
-	spin     time.Duration // the spin key
-	auto     *autoSpin     // adaptive spinning's state, nil otherwise
-	inline   *inlineWait   // waitInline's role, nil otherwise
-	serve    *serveRole    // waitNested's loop as a role (serverole_linux.go), nil with dispatch=go or hot
-	loop     *loopRole     // dispatch=loop: a Server's handlers run on the blocking wait's thread (serveloop_linux.go), nil otherwise
-	hot      bool          // dispatch=hot: a Server's connections wait on the runtime's netpoller while busy (hot_linux.go)
-	hotRead  hotReadKind   // hotread: its Conns' reads wait on the runtime's netpoller while busy (hotread_linux.go)
+	// tid is the thread of waitBlock's loop once it has locked it, 0
+	// before and under the other waits: tests read its context switches.
+	tid     atomic.Int32
+	spin    time.Duration // the spin key
+	auto    *autoSpin     // adaptive spinning's state, nil otherwise
+	inline  *inlineWait   // waitInline's role, nil otherwise
+	serve   *serveRole    // waitNested's loop as a role (serverole_linux.go), nil with dispatch=go or hot
+	loop    *loopRole     // dispatch=loop: a Server's handlers run on the blocking wait's thread (serveloop_linux.go), nil otherwise
+	hot     bool          // dispatch=hot: a Server's connections wait on the runtime's netpoller while busy (hot_linux.go)
+	hotRead hotReadKind   // hotread: its Conns' reads wait on the runtime's netpoller while busy (hotread_linux.go)
 
 	shortRead bool // the shortread key resolved: its connections skip after short transfers
 	readAhead bool // the readahead key resolved: a hot Server connection reads its input ahead (readahead_linux.go)
@@ -221,6 +224,7 @@ func (p *poller) start() error {
 		case waitBlock:
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
+			p.tid.Store(int32(unix.Gettid()))
 			p.runBlocking()
 		}
 	}()

@@ -100,10 +100,25 @@ func (d *desc) mayReadAhead() bool {
 // stores them (desc.stick) and kicks a wait announced (kickSticky), and
 // the owner, after it announces a wait, looks at sticky before it skips.
 // Called with armMu held, or by the poller.
+//
+// Not under wait=block: TCP wakes a socket's waiters with EPOLLPRI in the
+// key of every segment (sock_def_readable), and epoll lets a wakeup
+// through when the key and the registration share a bit, so the watch
+// would wake the poller's thread, blocked in epoll_wait, at every segment
+// to find nothing and sleep again inside the kernel. Under the nested
+// wait that wakeup only reaches the runtime's netpoller, which the same
+// segment wakes through the dup anyway. So a hot connection under
+// wait=block watches nothing and never skips (hotSkips).
 func watchesSticky(d *desc) bool {
 	h := d.hotw.Load()
-	return h != nil && h.sc != nil && d.mayReadAhead() && d.sticky.Load() == 0
+	return h != nil && h.sc != nil && d.mayReadAhead() && d.sticky.Load() == 0 && d.p.strategy != waitBlock
 }
+
+// hotSkips reports whether a hot connection's wait may begin with no
+// syscall after a read that drained the socket: short-read skipping on,
+// and not under wait=block, where nothing watches for what such a read
+// may have stopped short of (watchesSticky).
+func hotSkips(d *desc) bool { return d.skip && d.p.strategy != waitBlock }
 
 // testHookSticky, when set by a test, runs on the poller before it
 // stores the sticky bits of an event for a hot connection: a test holds

@@ -76,6 +76,63 @@ func TestServeReadAheadHops(t *testing.T) {
 	}
 }
 
+// TestServeHotBlockQuiet: under wait=block a hot connection's input does
+// not wake the poller's thread. That thread blocks in epoll_wait while 500
+// echoes are served hot: its voluntary context switches grow by far fewer
+// than one a request. With the sticky watch on the connection's
+// registration (EPOLLPRI, which TCP puts in the wakeup key of every
+// segment) it woke once a segment, inside the kernel, where the poller's
+// own counters never see it (watchesSticky). Nothing watching, the wait
+// never skips: every call's input comes from a read ahead, and every wait
+// begins with a read(2) that finds nothing.
+func TestServeHotBlockQuiet(t *testing.T) {
+	g, s, c, stop, _ := hotFixtureOf(t, "dispatch=hot,wait=block,spin=off", echoHandler)
+	heatAhead(t, s, c, stop)
+	tid := netpoll.PollerThread(g, 0)
+	if tid == 0 {
+		t.Fatal("the blocking poller has no thread")
+	}
+	before := voluntarySwitches(t, tid)
+	msg, got := []byte("quiet"), make([]byte, 5)
+	const n = 500
+	for range n {
+		if err := echo1(c, msg, got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	woke := voluntarySwitches(t, tid) - before
+	goCold(t, s, stop)
+	calls, aheads, skips := aheadSkips(t, s)
+	t.Logf("poller thread woke %d times in %d echoes; hot calls %d, reads ahead %d, skips %d", woke, n, calls, aheads, skips)
+	if woke > n/10 {
+		t.Errorf("the poller's thread woke %d times in %d hot echoes, want at most %d", woke, n, n/10)
+	}
+	if calls < n || aheads != calls || skips != 0 {
+		t.Errorf("hot calls %d, reads ahead %d, skips %d: want at least %d calls, each after a read ahead, and no skip", calls, aheads, skips, n)
+	}
+}
+
+// voluntarySwitches reads thread tid's voluntary context switches: one a
+// time it blocked and was woken.
+func voluntarySwitches(t *testing.T, tid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/status", tid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "voluntary_ctxt_switches:"); ok {
+			var n int
+			if _, err := fmt.Sscan(v, &n); err != nil {
+				t.Fatalf("thread %d: %q: %v", tid, line, err)
+			}
+			return n
+		}
+	}
+	t.Fatalf("thread %d: no voluntary_ctxt_switches in its status", tid)
+	return 0
+}
+
 // TestServeReadAheadSmallReads: a handler that reads 7 bytes a call gets a
 // 1,000-byte message whole and in order, the rest of each read ahead
 // taken by the calls after, with no read(2) of their own.
