@@ -1,0 +1,71 @@
+package netpoll_test
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/edgepoll/edgepoll/netpoll"
+)
+
+// Review of commit 8134538 (a hot connection under wait=block watches
+// nothing and never skips). Each test runs its script under the nested
+// wait too, where it passes, and fails under wait=block on the code as it
+// stands.
+
+// TestHotBlockReviewPollSkips: a hot connection that does not read ahead
+// (readahead=off; a unix socket, whose reads carry control messages a
+// read(2) would drop) asks the socket with a poll(2) before each call of
+// its handler, and that poll stores the conditions that end a read early
+// (hotWait.serve: d.stick of what pollFD reported). Such a connection's
+// skip after its handler's short Read never depended on the sticky watch
+// (watchesSticky is false for it under every wait), and it skips under
+// the nested wait: as many skips as hot calls. hotSkips now turns the skip
+// off under wait=block for it too, though nothing it relied on changed
+// there: each of its requests pays a poll(2) more (a poll before the call,
+// and one in the wait that skipped before), and DESIGN's "readahead=off
+// polls as before" no longer holds under wait=block.
+func TestHotBlockReviewPollSkips(t *testing.T) {
+	for _, wait := range []string{"nested", "block"} {
+		for _, c := range []struct{ name, network, cfg string }{
+			{"readahead-off", "tcp", "readahead=off"},
+			{"unix", "unix", "readahead=on"},
+		} {
+			t.Run(wait+"/"+c.name, func(t *testing.T) {
+				hotBlockPollSkips(t, "dispatch=hot,spin=off,wait="+wait+","+c.cfg, c.network)
+			})
+		}
+	}
+}
+
+func hotBlockPollSkips(t *testing.T, cfg, network string) {
+	t.Cleanup(netpoll.SetHotTick(time.Hour)) // the test sweeps (goCold)
+	g := newGroup(t, cfgOf(t, cfg))
+	l := listen(t, g, network)
+	s := &netpoll.Server{Handler: echoHandler}
+	serveOn(t, s, l)
+	c, err := net.Dial(network, l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	done, stop := watchdog(t, time.Minute)
+	defer done()
+	heatAhead(t, s, c, stop)
+	msg, got := []byte("poll"), make([]byte, 4)
+	const n = 100
+	for range n {
+		if err := echo1(c, msg, got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	goCold(t, s, stop)
+	calls, aheads, skips := aheadSkips(t, s)
+	t.Logf("%s: hot calls %d, reads ahead %d, skips %d", cfg, calls, aheads, skips)
+	if calls < n || aheads != 0 {
+		t.Fatalf("hot calls %d, reads ahead %d: want at least %d calls and no read ahead (the test shows nothing)", calls, aheads, n)
+	}
+	if skips < n {
+		t.Errorf("%s: hot calls %d, skips %d: want a skip after each call's short Read (at least %d), as under the nested wait: the poll before each call stores what the watch would", cfg, calls, skips, n)
+	}
+}
