@@ -30,7 +30,9 @@ import (
 // says why inside). The connection's own registration in the poller is
 // disarmed for input and output meanwhile (EPOLLONESHOT), so that the data
 // the runtime wakes the goroutine for does not wake the poller too; it
-// watches only for urgent data and the end of input (watchesSticky); a
+// watches only for urgent data and the end of input (watchesSticky; under
+// wait=block not even that: the watch would wake the poller's thread at
+// every segment, and the wait asks the socket instead: hotSkips); a
 // park of the handler's Read or of a writer arms it for that park, as
 // oneshot mode arms (armForPark, rearmAfterEvent).
 //

@@ -30,7 +30,9 @@ import (
 // TCP read also stops short at the urgent mark, and at a FIN or an error
 // after data it copied, with something still pending, and the runtime's
 // wakeup does not say which: so while hot the connection's own
-// registration watches for those conditions (watchesSticky).
+// registration watches for those conditions (watchesSticky), except under
+// wait=block, where the watch would wake the poller's thread at every
+// segment: there the wait never skips after a read ahead (hotSkips).
 //
 // What is read ahead must come before anything read from the socket
 // later, so every way of reading it takes the buffer first: Read,
@@ -116,9 +118,14 @@ func watchesSticky(d *desc) bool {
 
 // hotSkips reports whether a hot connection's wait may begin with no
 // syscall after a read that drained the socket: short-read skipping on,
-// and not under wait=block, where nothing watches for what such a read
-// may have stopped short of (watchesSticky).
-func hotSkips(d *desc) bool { return d.skip && d.p.strategy != waitBlock }
+// and, for a connection that reads ahead, not under wait=block, where
+// nothing watches for what its read ahead may have stopped short of
+// (watchesSticky). One that polls before each call (readahead=off, a
+// unix socket) needs no watch: the poll stores what is queued (stick),
+// and what comes after it sets the runtime's flag.
+func hotSkips(d *desc) bool {
+	return d.skip && (d.p.strategy != waitBlock || !d.mayReadAhead())
+}
 
 // testHookSticky, when set by a test, runs on the poller before it
 // stores the sticky bits of an event for a hot connection: a test holds
