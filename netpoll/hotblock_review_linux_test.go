@@ -52,13 +52,8 @@ func hotBlockPollSkips(t *testing.T, cfg, network string) {
 	done, stop := watchdog(t, time.Minute)
 	defer done()
 	heatAhead(t, s, c, stop)
-	msg, got := []byte("poll"), make([]byte, 4)
 	const n = 100
-	for range n {
-		if err := echo1(c, msg, got); err != nil {
-			t.Fatal(err)
-		}
-	}
+	echoN(t, c, "poll", n)
 	goCold(t, s, stop)
 	calls, aheads, skips := aheadSkips(t, s)
 	t.Logf("%s: hot calls %d, reads ahead %d, skips %d", cfg, calls, aheads, skips)

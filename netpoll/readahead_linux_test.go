@@ -37,6 +37,17 @@ func aheadSkips(t *testing.T, s *netpoll.Server) (calls, aheads, skips uint64) {
 	return samples[0].Value, samples[1].Value, samples[2].Value
 }
 
+// echoN echoes msg on c n times, one round trip at a time.
+func echoN(t *testing.T, c net.Conn, msg string, n int) {
+	t.Helper()
+	got := make([]byte, len(msg))
+	for range n {
+		if err := echo1(c, []byte(msg), got); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // heatAhead echoes on c until s has it hot and waiting, its input read ahead
 // from then on.
 func heatAhead(t *testing.T, s *netpoll.Server, c net.Conn, stop <-chan struct{}) {
@@ -61,13 +72,8 @@ func heatAhead(t *testing.T, s *netpoll.Server, c net.Conn, stop <-chan struct{}
 func TestServeReadAheadHops(t *testing.T) {
 	_, s, c, stop := hotFixture(t, echoHandler)
 	heatAhead(t, s, c, stop)
-	msg, got := []byte("ahead"), make([]byte, 5)
 	const n = 500
-	for range n {
-		if err := echo1(c, msg, got); err != nil {
-			t.Fatal(err)
-		}
-	}
+	echoN(t, c, "ahead", n)
 	goCold(t, s, stop)
 	calls, aheads, skips := aheadSkips(t, s)
 	t.Logf("hot calls %d, reads ahead %d, skips %d", calls, aheads, skips)
@@ -93,13 +99,8 @@ func TestServeHotBlockQuiet(t *testing.T) {
 		t.Fatal("the blocking poller has no thread")
 	}
 	before := voluntarySwitches(t, tid)
-	msg, got := []byte("quiet"), make([]byte, 5)
 	const n = 500
-	for range n {
-		if err := echo1(c, msg, got); err != nil {
-			t.Fatal(err)
-		}
-	}
+	echoN(t, c, "quiet", n)
 	woke := voluntarySwitches(t, tid) - before
 	goCold(t, s, stop)
 	calls, aheads, skips := aheadSkips(t, s)

@@ -89,13 +89,8 @@ func TestReadAheadReviewStaleEdge(t *testing.T) {
 	if st := netpoll.ReadState(sc); st != "ready" {
 		t.Fatalf("read state %q after the edge, want ready", st)
 	}
-	msg, got := []byte("stale"), make([]byte, 5)
 	const n = 100
-	for range n {
-		if err := echo1(c, msg, got); err != nil {
-			t.Fatal(err)
-		}
-	}
+	echoN(t, c, "stale", n)
 	goCold(t, s, stop)
 	calls, aheads, skips := aheadSkips(t, s)
 	t.Logf("hot calls %d, reads ahead %d, skips %d", calls, aheads, skips)
