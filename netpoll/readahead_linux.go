@@ -109,8 +109,9 @@ func (d *desc) mayReadAhead() bool {
 // would wake the poller's thread, blocked in epoll_wait, at every segment
 // to find nothing and sleep again inside the kernel. Under the nested
 // wait that wakeup only reaches the runtime's netpoller, which the same
-// segment wakes through the dup anyway. So a hot connection under
-// wait=block watches nothing and never skips (hotSkips).
+// segment wakes through the dup anyway. So under wait=block a hot
+// connection watches nothing, and one that reads ahead never skips
+// (hotSkips).
 func watchesSticky(d *desc) bool {
 	h := d.hotw.Load()
 	return h != nil && h.sc != nil && d.mayReadAhead() && d.sticky.Load() == 0 && d.p.strategy != waitBlock
