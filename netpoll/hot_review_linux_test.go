@@ -43,7 +43,8 @@ type reviewRead struct {
 // at once and the connection goes cold, where the restore's MOD reports it.
 func TestHotReviewShortReadPending(t *testing.T) {
 	// hot-block: dispatch=hot under wait=block, where a hot connection
-	// watches nothing and never skips (watchesSticky says why).
+	// watches nothing and one that reads ahead never skips (watchesSticky
+	// says why).
 	for _, dispatch := range []string{"go", "hot", "hot-block"} {
 		for _, p := range shortPaths {
 			if p.network != "tcp" || p.setup != nil {

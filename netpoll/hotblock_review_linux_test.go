@@ -10,8 +10,8 @@ import (
 
 // Review of commit 8134538 (a hot connection under wait=block watches
 // nothing and never skips). Each test runs its script under the nested
-// wait too, where it passes, and fails under wait=block on the code as it
-// stands.
+// wait too; each failed under wait=block at that commit, and passes since
+// eb99c5d.
 
 // TestHotBlockReviewPollSkips: a hot connection that does not read ahead
 // (readahead=off; a unix socket, whose reads carry control messages a
@@ -20,11 +20,11 @@ import (
 // (hotWait.serve: d.stick of what pollFD reported). Such a connection's
 // skip after its handler's short Read never depended on the sticky watch
 // (watchesSticky is false for it under every wait), and it skips under
-// the nested wait: as many skips as hot calls. hotSkips now turns the skip
-// off under wait=block for it too, though nothing it relied on changed
-// there: each of its requests pays a poll(2) more (a poll before the call,
-// and one in the wait that skipped before), and DESIGN's "readahead=off
-// polls as before" no longer holds under wait=block.
+// the nested wait: as many skips as hot calls. At 8134538 hotSkips turned
+// the skip off under wait=block for it too, though nothing it relied on
+// changed there: each of its requests paid a poll(2) more (a poll before
+// the call, and one in the wait that skipped before). It must skip under
+// wait=block as under the nested wait.
 func TestHotBlockReviewPollSkips(t *testing.T) {
 	for _, wait := range []string{"nested", "block"} {
 		for _, c := range []struct{ name, network, cfg string }{
