@@ -194,7 +194,8 @@ func (s *aheadSlot) readAhead(d *desc, fd int) (read, found bool) {
 			s.drop()
 		}
 		// A short read drained the socket, but for what watchesSticky
-		// watches: the wait after the handler may skip its read.
+		// watches: the wait after the handler may skip its read (where
+		// hotSkips lets it).
 		d.rd.drained = err == nil && n > 0 && n < len(a.buf)
 		return true, true
 	}

@@ -49,7 +49,8 @@ import (
 //     polls in between; under dispatch=loop that goroutine is locked to
 //     the poller's thread (runtime.LockOSThread), and a call that parks
 //     in a Read of its own connection, or blocks past the watchdog,
-//     finishes on it unlocked while the loop goes on elsewhere. Goroutine-local state a call changes
+//     finishes on it unlocked while the loop goes on elsewhere.
+//     Goroutine-local state a call changes
 //     (runtime.LockOSThread, debug.SetPanicOnFault) must be restored
 //     before it returns: a call that returns locked to its thread leaves
 //     the thread locked for whatever the goroutine runs next. A program
