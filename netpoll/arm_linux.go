@@ -129,10 +129,7 @@ func interest(d *desc) uint32 {
 	if d.wr.state.Load() == stWaiting {
 		ev |= unix.EPOLLOUT
 	}
-	if watchesSticky(d) {
-		ev |= unix.EPOLLPRI | unix.EPOLLRDHUP // readahead_linux.go's watch
-	}
-	return ev
+	return ev | stickyWatch(d) // readahead_linux.go's watch
 }
 
 // readWaits reports whether d's read direction waits for an event: an
@@ -202,7 +199,7 @@ func (p *poller) arm(d *desc) error {
 // fails d: the parked direction would wait for good (oneShot), or EPOLLOUT
 // fire until Close (levelTriggered).
 func (p *poller) rearmAfterEvent(d *desc) {
-	if d.perPark() && !readWaits(d) && d.wr.state.Load() != stWaiting && !watchesSticky(d) {
+	if d.perPark() && !readWaits(d) && d.wr.state.Load() != stWaiting && stickyWatch(d) == 0 {
 		return
 	}
 	if d.mode == levelTriggered && d.armed.Load()&unix.EPOLLOUT == 0 {

@@ -524,3 +524,10 @@ func LoopState(g *Group, i int) string {
 	}
 	return "poll"
 }
+
+// SetNoInq makes the connections that go hot from now on behave as on a
+// kernel that refuses TCP_INQ (testNoInq): their watch takes EPOLLPRI.
+func SetNoInq() (restore func()) {
+	testNoInq.Store(true)
+	return func() { testNoInq.Store(false) }
+}

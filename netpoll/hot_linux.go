@@ -30,11 +30,13 @@ import (
 // says why inside). The connection's own registration in the poller is
 // disarmed for input and output meanwhile (EPOLLONESHOT), so that the data
 // the runtime wakes the goroutine for does not wake the poller too; it
-// watches only for urgent data and the end of input (watchesSticky; under
-// wait=block not even that: the watch would wake the poller's thread at
-// every segment, and the wait asks the socket instead: hotSkips); a
-// park of the handler's Read or of a writer arms it for that park, as
-// oneshot mode arms (armForPark, rearmAfterEvent).
+// watches only for the end of input, which no segment's wakeup matches,
+// the read ahead seeing urgent data and a FIN itself through TCP_INQ
+// (stickyWatch; without TCP_INQ for urgent data too under the nested
+// wait, and for nothing under wait=block, where the wait then asks the
+// socket instead: hotSkips); a park of the handler's Read or of a writer
+// arms it for that park, as oneshot mode arms (armForPark,
+// rearmAfterEvent).
 //
 // A connection that waits through a whole sweep of its Server (hotTick)
 // with no input goes cold: the sweeper sets a past deadline on the dup
@@ -47,7 +49,8 @@ import (
 // idle connection costs what it costs under the other dispatches, and a
 // busy one the runtime's wakeup, as package net's does; the transitions
 // cost a dup, the runtime's EPOLL_CTL_ADD and DEL, two EPOLL_CTL_MOD of
-// ours and a goroutine, once per busy period.
+// ours, TCP_INQ set and cleared for a connection that reads ahead, and a
+// goroutine, once per busy period.
 //
 // Invariants:
 //   - Only the owner (the goroutine running the connection) makes it hot
@@ -103,6 +106,13 @@ type hotWait struct {
 	// inside f's RawConn.Read (then f cannot be closed synchronously).
 	keep, returned, inCB bool
 	dl                   int64
+
+	// inq: the socket had TCP_INQ set when h was made, so its reads ahead
+	// see what they leave behind (readahead_linux.go) and the watch is
+	// EPOLLRDHUP alone (stickyWatch). Set before h is published, never
+	// after: the poller reads it. inqSet: the option is still on, until
+	// the owner clears it (clearInq).
+	inq, inqSet bool
 	calls                uint64 // handler calls this wait made; added to the Server's count by goCold
 	aheads               uint64 // reads ahead that found something (readahead_linux.go); likewise
 	skips                uint64 // waits begun with no syscall after a drained read; likewise
@@ -279,6 +289,9 @@ func (h *hotWait) serve(fd uintptr) bool {
 				return h.park(false)
 			}
 			h.aheads += uint64(boolInt(read))
+			if !read && h.inqSet {
+				h.clearInq() // user code has the fd (stickyRaw): no more reads ahead
+			}
 		}
 		if !read {
 			dr.drained = false // the handler's Read makes its syscall, or takes what was left
@@ -297,7 +310,7 @@ func (h *hotWait) serve(fd uintptr) bool {
 			// input: stickyEvents): this poll does, before the handler's
 			// Read can find the socket drained and the skip trust it.
 			// A connection that reads ahead has them watched instead
-			// (watchesSticky).
+			// (stickyWatch).
 			d.stick(uint32(ev))
 		}
 		if !h.enterUser() {
@@ -318,7 +331,7 @@ func (h *hotWait) serve(fd uintptr) bool {
 		dr.mu.Lock()
 		plain := sc.plainLocked()
 		left := h.ahead.Load() != nil
-		ask = !left && !(hotSkips(d) && dr.drained && d.sticky.Load() == 0 && dr.state.Load() == stEmpty)
+		ask = !left && !(hotSkips(d, h) && dr.drained && d.sticky.Load() == 0 && dr.state.Load() == stEmpty)
 		dr.mu.Unlock()
 		if !plain {
 			// Returned: the hand-off acts on it, closing the connection
@@ -378,7 +391,7 @@ func (h *hotWait) idle() bool {
 // if something ended it before it began, returns true with h.returned
 // false: the connection goes cold with its wait going on. skipped: the
 // wait follows a drained read with no syscall since, and a condition the
-// poller stored since (sticky: watchesSticky) returns true with h.returned
+// poller stored since (sticky: stickyWatch) returns true with h.returned
 // true, for the caller to ask the socket.
 func (h *hotWait) park(skipped bool) bool {
 	sc := h.sc
@@ -448,6 +461,12 @@ func (sc *serverConn) goHot() *hotWait {
 		return nil
 	}
 	h.serveFn = h.serve // made once: a wait allocates nothing
+	if d.mayReadAhead() && !testNoInq.Load() {
+		// Refused (a kernel before 4.18): the reads ahead stay read(2)s,
+		// and the watch takes EPOLLPRI (stickyWatch).
+		h.inq = unix.SetsockoptInt(d.fd, unix.SOL_TCP, unix.TCP_INQ, 1) == nil
+		h.inqSet = h.inq
+	}
 	var err error
 	d.armMu.Lock()
 	d.hotw.Store(h)
@@ -465,6 +484,7 @@ func (sc *serverConn) goHot() *hotWait {
 	}
 	d.armMu.Unlock()
 	if closing || err != nil {
+		h.clearInq()
 		h.close()
 		s.hot.remove(h)
 		if err != nil {
@@ -528,6 +548,7 @@ func (sc *serverConn) goCold(h *hotWait) {
 		h.ahead.drop()
 		d.rd.mu.Unlock()
 	}
+	h.clearInq()
 	h.close()
 	s.hot.remove(h) // after the close: a Server with nothing hot holds no dup
 	s.stats.hotExits.Add(1)
@@ -535,6 +556,29 @@ func (sc *serverConn) goCold(h *hotWait) {
 	s.stats.readAheads.Add(h.aheads)
 	s.stats.hotSkips.Add(h.skips)
 }
+
+// clearInq turns TCP_INQ off again, if h set it, so that user code's
+// recvmsg(2) with a control buffer gets only what it asked for: when the
+// connection goes cold, or once user code has had the fd (then from the
+// hot call after, until which such a recvmsg gets a TCP_CM_INQ message
+// too). A closing connection keeps it: its fd number may be reused once
+// no reference holds it. The owner's.
+func (h *hotWait) clearInq() {
+	if !h.inqSet {
+		return
+	}
+	h.inqSet = false
+	d := h.d
+	if d.incref() != nil {
+		return
+	}
+	unix.SetsockoptInt(d.fd, unix.SOL_TCP, unix.TCP_INQ, 0) // fails only with the socket gone
+	d.decref()
+}
+
+// testNoInq, set by tests, makes goHot behave as on a kernel that refuses
+// TCP_INQ: the watch takes EPOLLPRI (stickyWatch).
+var testNoInq atomic.Bool
 
 // close closes f, telling sever first: f's fd number is free once it is
 // closed. The owner's.

@@ -1,11 +1,13 @@
 package netpoll
 
 import (
+	"encoding/binary"
 	"errors"
 	"io"
 	"os"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -29,10 +31,20 @@ import (
 // would find nothing, as the poller's reads do (desc's "Short reads"). A
 // TCP read also stops short at the urgent mark, and at a FIN or an error
 // after data it copied, with something still pending, and the runtime's
-// wakeup does not say which: so while hot the connection's own
-// registration watches for those conditions (watchesSticky), except under
-// wait=block, where the watch would wake the poller's thread at every
-// segment: there the wait never skips after a read ahead (hotSkips).
+// wakeup does not say which. So the read ahead is a recvmsg(2) on a socket
+// with TCP_INQ set while hot, whose control message says how much is left
+// in order behind what it read (tcp_inq_hint: the urgent byte counts, and
+// a FIN queued makes it at least 1), and the read drained the socket only
+// when nothing is; and the connection's own registration watches for the
+// end of input (EPOLLRDHUP; errors and hang-ups come with any interest),
+// which a reset after the data needs (stickyWatch). Watching for urgent
+// data instead (EPOLLPRI), as a kernel without TCP_INQ makes it, costs
+// every segment an epoll callback that matches, since TCP wakes a
+// socket's waiters with EPOLLPRI in the key of every segment: under the
+// nested wait the runtime's netpoller then polls the poller's epoll fd to
+// find nothing, and under wait=block the poller's thread would wake, so
+// there, without TCP_INQ, a connection that reads ahead never skips
+// (hotSkips).
 //
 // What is read ahead must come before anything read from the socket
 // later, so every way of reading it takes the buffer first: Read,
@@ -73,6 +85,9 @@ type readAhead struct {
 	buf    [readAheadSize]byte
 	lo, hi int
 	err    error
+	oob    [unix.SizeofCmsghdr + 8]byte // TCP_CM_INQ's control message: unix.CmsgSpace(4) on every arch
+	msg    unix.Msghdr                  // readInq's, pointing into buf and oob
+	iov    unix.Iovec
 }
 
 var readAheads = sync.Pool{New: func() any { return new(readAhead) }}
@@ -92,40 +107,49 @@ func (d *desc) mayReadAhead() bool {
 	return d.p.readAhead && d.skip && d.net != netUnix && d.sticky.Load()&stickyRaw == 0
 }
 
-// watchesSticky reports whether d's registration must watch, while it is
-// hot, for the conditions that end a read early with something still
-// pending (urgent data, end of input; errors and hang-ups come with any
-// interest): a hot Server connection that reads ahead, until one came
-// (sticky, for good). Its wait skips the read that would find nothing
+// stickyWatch returns what d's registration must watch for, while it
+// is hot, beside the errors and hang-ups any interest brings: the
+// conditions that end a read early with something still pending, for a
+// hot Server connection that reads ahead, until one came (sticky, for
+// good); 0 for any other. Its wait skips the read that would find nothing
 // after a short one, as the poller's reads do, and the runtime's wakeup
 // says nothing of these conditions, so the poller learns of them: it
 // stores them (desc.stick) and kicks a wait announced (kickSticky), and
 // the owner, after it announces a wait, looks at sticky before it skips.
 // Called with armMu held, or by the poller.
 //
-// Not under wait=block: TCP wakes a socket's waiters with EPOLLPRI in the
-// key of every segment (sock_def_readable), and epoll lets a wakeup
-// through when the key and the registration share a bit, so the watch
-// would wake the poller's thread, blocked in epoll_wait, at every segment
-// to find nothing and sleep again inside the kernel. Under the nested
-// wait that wakeup only reaches the runtime's netpoller, which the same
-// segment wakes through the dup anyway. So under wait=block a hot
-// connection watches nothing, and one that reads ahead never skips
-// (hotSkips).
-func watchesSticky(d *desc) bool {
+// With TCP_INQ set (hotWait.inq) the read ahead sees urgent data and a
+// FIN queued behind what it read, and the watch is EPOLLRDHUP alone: no
+// segment's wakeup matches it. Without, it is EPOLLPRI|EPOLLRDHUP, which
+// every segment's wakeup matches (TCP wakes a socket's waiters with
+// EPOLLPRI in the key: sock_def_readable, and epoll lets a wakeup through
+// when the key and the registration share a bit). Under the nested wait
+// that costs a callback and the runtime's netpoller a look at the
+// poller's epoll fd per segment, to find nothing; under wait=block it
+// would wake the poller's thread at every segment, so there it watches
+// nothing and never skips after a read ahead (hotSkips).
+func stickyWatch(d *desc) uint32 {
 	h := d.hotw.Load()
-	return h != nil && h.sc != nil && d.mayReadAhead() && d.sticky.Load() == 0 && d.p.strategy != waitBlock
+	switch {
+	case h == nil || h.sc == nil || !d.mayReadAhead() || d.sticky.Load() != 0:
+		return 0
+	case h.inq:
+		return unix.EPOLLRDHUP
+	case d.p.strategy == waitBlock:
+		return 0
+	}
+	return unix.EPOLLPRI | unix.EPOLLRDHUP
 }
 
-// hotSkips reports whether a hot connection's wait may begin with no
-// syscall after a read that drained the socket: short-read skipping on,
-// and, for a connection that reads ahead, not under wait=block, where
-// nothing watches for what its read ahead may have stopped short of
-// (watchesSticky). One that polls before each call (readahead=off, a
-// unix socket) needs no watch: the poll stores what is queued (stick),
-// and what comes after it sets the runtime's flag.
-func hotSkips(d *desc) bool {
-	return d.skip && (d.p.strategy != waitBlock || !d.mayReadAhead())
+// hotSkips reports whether h's wait may begin with no syscall after a
+// read that drained the socket: short-read skipping on, and, for a
+// connection that reads ahead, its read sees what is queued behind
+// (h.inq) or something watches for it (not under wait=block:
+// stickyWatch). One that polls before each call (readahead=off, a unix
+// socket) needs no watch: the poll stores what is queued (stick), and
+// what comes after it sets the runtime's flag.
+func hotSkips(d *desc, h *hotWait) bool {
+	return d.skip && (h.inq || d.p.strategy != waitBlock || !d.mayReadAhead())
 }
 
 // testHookSticky, when set by a test, runs on the poller before it
@@ -135,7 +159,7 @@ var testHookSticky atomic.Pointer[func(d *desc)]
 
 // kickSticky ends the wait of a hot Server connection, if one is announced,
 // after the poller stored an event's sticky bits: the owner may have
-// skipped the read that would have seen the condition (watchesSticky).
+// skipped the read that would have seen the condition (stickyWatch).
 func (d *desc) kickSticky() {
 	if h := d.hotw.Load(); h != nil && h.sc != nil && h.seq.Load()&1 == 1 {
 		h.kick()
@@ -155,7 +179,7 @@ func (d *desc) kickSticky() {
 // mark and reads nothing. Read and a RawConn's Read hold the mu, and never
 // see the buffer empty.
 func (h *hotWait) readAhead(d *desc, fd int) (read, found bool) {
-	return h.ahead.readAhead(d, fd)
+	return h.ahead.readAhead(d, fd, h.inq)
 }
 
 // aheadSlot holds input read ahead for a handler: a hot connection's
@@ -163,8 +187,9 @@ func (h *hotWait) readAhead(d *desc, fd int) (read, found bool) {
 type aheadSlot struct{ atomic.Pointer[readAhead] }
 
 // readAhead is hotWait.readAhead's read, into s, with the read
-// direction's mu held.
-func (s *aheadSlot) readAhead(d *desc, fd int) (read, found bool) {
+// direction's mu held. inq: fd has TCP_INQ set, and the read is a
+// recvmsg(2) that learns what is left behind it (readInq).
+func (s *aheadSlot) readAhead(d *desc, fd int, inq bool) (read, found bool) {
 	if !d.mayReadAhead() {
 		return false, false
 	}
@@ -179,7 +204,12 @@ func (s *aheadSlot) readAhead(d *desc, fd int) (read, found bool) {
 	// skip of this hot period (serve skips only from empty).
 	d.rd.consume()
 	for {
-		n, err := unix.Read(fd, a.buf[:])
+		n, left, err := 0, 0, error(nil)
+		if inq {
+			n, left, err = a.readInq(fd)
+		} else {
+			n, err = unix.Read(fd, a.buf[:])
+		}
 		switch {
 		case err == unix.EINTR:
 			continue
@@ -193,12 +223,60 @@ func (s *aheadSlot) readAhead(d *desc, fd int) (read, found bool) {
 		default:
 			s.drop()
 		}
-		// A short read drained the socket, but for what watchesSticky
-		// watches: the wait after the handler may skip its read (where
+		// A short read drained the socket, but for what stickyWatch
+		// watches and, with inq, what it left behind (urgent data, a
+		// FIN): the wait after the handler may skip its read (where
 		// hotSkips lets it).
-		d.rd.drained = err == nil && n > 0 && n < len(a.buf)
+		d.rd.drained = err == nil && n > 0 && n < len(a.buf) && left == 0
 		return true, true
 	}
+}
+
+// readInq reads fd's input into a.buf with recvmsg(2), fd having TCP_INQ
+// set, and returns what the kernel says is left in order behind it (left:
+// the bytes not yet read, the urgent byte among them, or at least 1 with
+// a FIN queued; -1 when no such message came, as on a kernel that ignored
+// the option). A read that returns data stops at the urgent mark and
+// before a FIN, so left is what tells that read from one that emptied
+// the socket.
+//
+// The msghdr lives in a, not on the stack: unix.Recvmsg would allocate
+// per call (its sockaddr escapes), and the read ahead allocates nothing.
+func (a *readAhead) readInq(fd int) (n, left int, err error) {
+	a.iov.Base = &a.buf[0]
+	a.iov.SetLen(len(a.buf))
+	a.msg = unix.Msghdr{Iov: &a.iov, Control: &a.oob[0]}
+	a.msg.SetIovlen(1)
+	a.msg.SetControllen(len(a.oob))
+	// unsafe: the kernel reads the msghdr and writes through its pointers
+	// (into a.buf and a.oob) during the call only, and the conversion in
+	// the call's argument list keeps a, which holds all three, alive and
+	// in place until it returns (unsafe.Pointer's rule 4).
+	r, _, e := unix.Syscall(unix.SYS_RECVMSG, uintptr(fd), uintptr(unsafe.Pointer(&a.msg)), 0)
+	if e != 0 {
+		return 0, 0, e
+	}
+	return int(r), inqOf(a.oob[:a.msg.Controllen]), nil
+}
+
+// inqOf returns TCP_CM_INQ's value from a recvmsg(2)'s control bytes, or
+// -1 when they do not begin with that message: the read ahead asks for no
+// other, and a socket whose options user code has set reads nothing ahead
+// (stickyRaw). It parses in place (unix.ParseSocketMessage would
+// allocate): a cmsghdr is a size_t length, then the level and the type as
+// ints, then the data, aligned.
+func inqOf(oob []byte) int {
+	const hdr = unix.SizeofCmsghdr
+	if len(oob) < hdr+4 {
+		return -1
+	}
+	level := int32(binary.NativeEndian.Uint32(oob[hdr-8:]))
+	typ := int32(binary.NativeEndian.Uint32(oob[hdr-4:]))
+	at := unix.CmsgLen(0)
+	if level != unix.SOL_TCP || typ != unix.TCP_CM_INQ || len(oob) < at+4 {
+		return -1
+	}
+	return int(int32(binary.NativeEndian.Uint32(oob[at:])))
 }
 
 // take is Read's part for a connection with input read ahead, with the

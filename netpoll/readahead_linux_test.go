@@ -85,31 +85,44 @@ func TestServeReadAheadHops(t *testing.T) {
 // TestServeHotBlockQuiet: under wait=block a hot connection's input does
 // not wake the poller's thread. That thread blocks in epoll_wait while 500
 // echoes are served hot: its voluntary context switches grow by far fewer
-// than one a request. With the sticky watch on the connection's
-// registration (EPOLLPRI, which TCP puts in the wakeup key of every
-// segment) it woke once a segment, inside the kernel, where the poller's
-// own counters never see it (watchesSticky). Nothing watching, the wait
-// never skips: every call's input comes from a read ahead, and every wait
-// begins with a read(2) that finds nothing.
+// than one a request. With EPOLLPRI watched on the connection's
+// registration (TCP puts it in the wakeup key of every segment) it woke
+// once a segment, inside the kernel, where the poller's own counters never
+// see it (stickyWatch). With TCP_INQ the watch is EPOLLRDHUP alone and the
+// wait skips after every short read ahead, as under the nested wait: as
+// many skips as calls. Without (a kernel that refuses it) nothing is
+// watched and the wait never skips: every wait begins with a read(2) that
+// finds nothing.
 func TestServeHotBlockQuiet(t *testing.T) {
-	g, s, c, stop, _ := hotFixtureOf(t, "dispatch=hot,wait=block,spin=off", echoHandler)
-	heatAhead(t, s, c, stop)
-	tid := netpoll.PollerThread(g, 0)
-	if tid == 0 {
-		t.Fatal("the blocking poller has no thread")
-	}
-	before := voluntarySwitches(t, tid)
-	const n = 500
-	echoN(t, c, "quiet", n)
-	woke := voluntarySwitches(t, tid) - before
-	goCold(t, s, stop)
-	calls, aheads, skips := aheadSkips(t, s)
-	t.Logf("poller thread woke %d times in %d echoes; hot calls %d, reads ahead %d, skips %d", woke, n, calls, aheads, skips)
-	if woke > n/10 {
-		t.Errorf("the poller's thread woke %d times in %d hot echoes, want at most %d", woke, n, n/10)
-	}
-	if calls < n || aheads != calls || skips != 0 {
-		t.Errorf("hot calls %d, reads ahead %d, skips %d: want at least %d calls, each after a read ahead, and no skip", calls, aheads, skips, n)
+	for _, inq := range []bool{true, false} {
+		t.Run(fmt.Sprintf("inq=%v", inq), func(t *testing.T) {
+			if !inq {
+				t.Cleanup(netpoll.SetNoInq())
+			}
+			g, s, c, stop, _ := hotFixtureOf(t, "dispatch=hot,wait=block,spin=off", echoHandler)
+			heatAhead(t, s, c, stop)
+			tid := netpoll.PollerThread(g, 0)
+			if tid == 0 {
+				t.Fatal("the blocking poller has no thread")
+			}
+			before := voluntarySwitches(t, tid)
+			const n = 500
+			echoN(t, c, "quiet", n)
+			woke := voluntarySwitches(t, tid) - before
+			goCold(t, s, stop)
+			calls, aheads, skips := aheadSkips(t, s)
+			t.Logf("poller thread woke %d times in %d echoes; hot calls %d, reads ahead %d, skips %d", woke, n, calls, aheads, skips)
+			if woke > n/10 {
+				t.Errorf("the poller's thread woke %d times in %d hot echoes, want at most %d", woke, n, n/10)
+			}
+			wantSkips := uint64(0)
+			if inq {
+				wantSkips = calls
+			}
+			if calls < n || aheads != calls || skips != wantSkips {
+				t.Errorf("hot calls %d, reads ahead %d, skips %d: want at least %d calls, each after a read ahead, and %d skips", calls, aheads, skips, n, wantSkips)
+			}
+		})
 	}
 }
 

@@ -374,7 +374,7 @@ func (lp *loopRole) readAhead(sc *serverConn) (la *loopAhead, check bool) {
 	lp.aheadMu.Lock()
 	lp.aheads = append(lp.aheads, la)
 	lp.aheadMu.Unlock()
-	read, found := la.slot.readAhead(d, d.fd)
+	read, found := la.slot.readAhead(d, d.fd, false) // its registration wants input: nothing to watch
 	d.end(&d.rd)
 	if !read || !found {
 		lp.release(la)
