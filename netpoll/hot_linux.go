@@ -106,6 +106,9 @@ type hotWait struct {
 	// inside f's RawConn.Read (then f cannot be closed synchronously).
 	keep, returned, inCB bool
 	dl                   int64
+	calls                uint64 // handler calls this wait made; added to the Server's count by goCold
+	aheads               uint64 // reads ahead that found something (readahead_linux.go); likewise
+	skips                uint64 // waits begun with no syscall after a drained read; likewise
 
 	// inq: the socket had TCP_INQ set when h was made, so its reads ahead
 	// see what they leave behind (readahead_linux.go) and the watch is
@@ -113,9 +116,6 @@ type hotWait struct {
 	// after: the poller reads it. inqSet: the option is still on, until
 	// the owner clears it (clearInq).
 	inq, inqSet bool
-	calls       uint64 // handler calls this wait made; added to the Server's count by goCold
-	aheads      uint64 // reads ahead that found something (readahead_linux.go); likewise
-	skips       uint64 // waits begun with no syscall after a drained read; likewise
 
 	// user is true while the owner runs user code (enterUser): a handler
 	// call or a ConnState hook. Stored by the owner only; Server.Close
