@@ -19,7 +19,7 @@ import (
 // its handler, and that poll stores the conditions that end a read early
 // (hotWait.serve: d.stick of what pollFD reported). Such a connection's
 // skip after its handler's short Read never depended on the sticky watch
-// (watchesSticky is false for it under every wait), and it skips under
+// (stickyWatch is 0 for it under every wait), and it skips under
 // the nested wait: as many skips as hot calls. At 8134538 hotSkips turned
 // the skip off under wait=block for it too, though nothing it relied on
 // changed there: each of its requests paid a poll(2) more (a poll before
