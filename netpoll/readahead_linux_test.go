@@ -353,22 +353,57 @@ func TestReadAheadConfig(t *testing.T) {
 
 // TestServeReadAheadStickyWindows: after a short read ahead a hot
 // connection's wait skips the read that would find nothing and parks on
-// the runtime's flag, which says nothing of the end of input queued
-// behind what was read: "abc" and the FIN came together while the
-// handler ran, one wakeup's flag took both, and the read ahead stopped at
-// the FIN. Only the poller's watch sees it, and here the poller is held
-// until the owner is in a window of that wait: before the wait is
-// announced (the poller, let go, sees no wait to kick: the owner must
-// look at sticky after it announces), after it is announced, and after
-// every check (the owner has looked: the poller must kick the wait). The
-// handler must be called for the end of input in each.
+// the runtime's flag, which says nothing of what ended the input behind
+// what was read: "abc" and the end came together while the handler ran,
+// one wakeup's flag took both, and the read ahead stopped before the end.
+// Only the poller's watch sees it, and here the poller is held until the
+// owner is in a window of that wait: before the wait is announced (the
+// poller, let go, sees no wait to kick: the owner must look at sticky
+// after it announces), after it is announced, and after every check (the
+// owner has looked: the poller must kick the wait). The handler must be
+// called for the end in each. With TCP_INQ the read ahead sees a FIN
+// itself (its count is 1), so the end is a reset there, which sets no
+// count; as on a kernel that refuses TCP_INQ, a FIN.
 func TestServeReadAheadStickyWindows(t *testing.T) {
-	for at, name := range map[netpoll.HotPoint]string{netpoll.HookHotBefore: "before", netpoll.HookHotAnnounced: "announced", netpoll.HookHotChecked: "checked"} {
-		t.Run(name, func(t *testing.T) { testStickyWindow(t, at) })
+	for _, e := range inputEnds {
+		for at, name := range map[netpoll.HotPoint]string{netpoll.HookHotBefore: "before", netpoll.HookHotAnnounced: "announced", netpoll.HookHotChecked: "checked"} {
+			t.Run(e.name+"/"+name, func(t *testing.T) {
+				if e.noInq {
+					t.Cleanup(netpoll.SetNoInq())
+				}
+				testStickyWindow(t, at, e)
+			})
+		}
 	}
 }
 
-func testStickyWindow(t *testing.T, at netpoll.HotPoint) {
+// inputEnd is what ends a client's input behind "abc", for the tests of
+// the hot wait's watch: the bit it makes sticky, the handler's Read's
+// error for it, and whether the test runs as on a kernel without TCP_INQ
+// (SetNoInq), where the read ahead cannot see a FIN behind it.
+type inputEnd struct {
+	name   string
+	noInq  bool
+	end    func(t *testing.T, c net.Conn)
+	sticky uint32
+	err    error
+}
+
+var inputEnds = []inputEnd{
+	{"reset", false, func(t *testing.T, c net.Conn) {
+		if err := c.(*net.TCPConn).SetLinger(0); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	}, unix.EPOLLERR, syscall.ECONNRESET},
+	{"fin-noinq", true, func(t *testing.T, c net.Conn) {
+		if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+	}, unix.EPOLLRDHUP, io.EOF},
+}
+
+func testStickyWindow(t *testing.T, at netpoll.HotPoint, e inputEnd) {
 	reads := make(chan reviewRead, 8)
 	entered, release := make(chan struct{}, 1), make(chan struct{})
 	var armed, fired atomic.Bool
@@ -409,7 +444,7 @@ func testStickyWindow(t *testing.T, at netpoll.HotPoint) {
 			return
 		}
 		release1()
-		if await(stop, func() bool { return netpoll.Sticky(hc)&unix.EPOLLRDHUP != 0 }) {
+		if await(stop, func() bool { return netpoll.Sticky(hc)&e.sticky != 0 }) {
 			fired.Store(true)
 		}
 	})()
@@ -417,14 +452,14 @@ func testStickyWindow(t *testing.T, at netpoll.HotPoint) {
 	write(t, c, "block")
 	<-entered
 	write(t, c, "abc")
-	c.(*net.TCPConn).CloseWrite()
+	e.end(t, c)
 	select {
 	case <-polled: // the poller has the end of input, and holds it
 	case <-stop:
 		t.Fatal("the poller never saw the end of input: the watch is not armed")
 	}
 	close(release)
-	awaitAbcEOF(t, reads, func() string {
+	awaitAbcThen(t, reads, e.err, func() string {
 		return fmt.Sprintf("hot %d, waiting hot %d, window seen %v", netpoll.HotConns(s), netpoll.HotWaiting(s), fired.Load())
 	})
 	if !fired.Load() {
@@ -434,12 +469,24 @@ func testStickyWindow(t *testing.T, at netpoll.HotPoint) {
 
 // TestServeReadAheadWatchAfterPark: the event that wakes a handler's
 // parked Read disarms the hot connection's registration (EPOLLONESHOT),
-// watch and all, so the poller re-arms the watch after it: a FIN that
-// comes later, queued behind the next input while the handler runs, is
-// seen by the poller (sticky), and the handler is called for it after the
-// short read ahead of that input. Without the re-arm the poller never
-// sees the FIN, and the wait after "abc" skips into a hang.
+// watch and all, so the poller re-arms the watch after it: an end of
+// input that comes later, queued behind the next input while the handler
+// runs, is seen by the poller (sticky), and the handler is called for it
+// after the short read ahead of that input. Without the re-arm the poller
+// never sees it, and the wait after "abc" skips into a hang. The end is a
+// reset, or a FIN as on a kernel without TCP_INQ (inputEnds).
 func TestServeReadAheadWatchAfterPark(t *testing.T) {
+	for _, e := range inputEnds {
+		t.Run(e.name, func(t *testing.T) {
+			if e.noInq {
+				t.Cleanup(netpoll.SetNoInq())
+			}
+			testWatchAfterPark(t, e)
+		})
+	}
+}
+
+func testWatchAfterPark(t *testing.T, e inputEnd) {
 	reads := make(chan reviewRead, 8)
 	entered, release := make(chan struct{}, 1), make(chan struct{})
 	h := netpoll.HandlerFunc(func(c net.Conn) error {
@@ -483,12 +530,12 @@ func TestServeReadAheadWatchAfterPark(t *testing.T) {
 	}
 	write(t, c, "block")
 	<-entered
-	write(t, c, "abc")
-	c.(*net.TCPConn).CloseWrite()
 	sc := serverSide(t, s, c)
+	write(t, c, "abc")
+	e.end(t, c)
 	seen := make(chan struct{})
 	go func() {
-		if await(stop, func() bool { return netpoll.Sticky(sc)&unix.EPOLLRDHUP != 0 }) {
+		if await(stop, func() bool { return netpoll.Sticky(sc)&e.sticky != 0 }) {
 			close(seen)
 		}
 	}()
@@ -496,22 +543,23 @@ func TestServeReadAheadWatchAfterPark(t *testing.T) {
 	case <-seen:
 	case <-time.After(10 * time.Second): // a bound only a hang reaches
 		close(release)
-		t.Fatal("the poller never saw the FIN: the watch was not re-armed after the handler's park")
+		t.Fatal("the poller never saw the end of input: the watch was not re-armed after the handler's park")
 	}
 	close(release)
-	awaitAbcEOF(t, reads, func() string { return "" })
+	awaitAbcThen(t, reads, e.err, func() string { return "" })
 }
 
-// awaitAbcEOF waits for the handler's reads of "abc" and then of the end
-// of input queued behind it, within a bound only a hang reaches; state
-// says what the failure should tell.
-func awaitAbcEOF(t *testing.T, reads <-chan reviewRead, state func() string) {
+// awaitAbcThen waits for the handler's reads of "abc" and then of the end
+// of input queued behind it, which fails with end (io.EOF, or what
+// errors.Is finds in the error), within a bound only a hang reaches; state
+// describes the server for the failure.
+func awaitAbcThen(t *testing.T, reads <-chan reviewRead, end error, state func() string) {
 	t.Helper()
-	for _, want := range []error{nil, io.EOF} {
+	for _, want := range []error{nil, end} {
 		select {
 		case r := <-reads:
-			if r.err != want || (want == nil && r.s != "abc") {
-				t.Fatalf("the handler read %q, %v; want %q, then io.EOF", r.s, r.err, "abc")
+			if (want == nil) != (r.err == nil) || (want != nil && !errors.Is(r.err, want)) || (want == nil && r.s != "abc") {
+				t.Fatalf("the handler read %q, %v; want %q, then %v", r.s, r.err, "abc", end)
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatalf("the handler was never called for the end of input behind \"abc\" (want %v) %s", want, state())
