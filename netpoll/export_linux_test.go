@@ -531,3 +531,6 @@ func SetNoInq() (restore func()) {
 	testNoInq.Store(true)
 	return func() { testNoInq.Store(false) }
 }
+
+// ReadAheadSize is the read ahead's buffer size (readAheadSize).
+const ReadAheadSize = readAheadSize
