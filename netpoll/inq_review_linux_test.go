@@ -3,7 +3,9 @@ package netpoll_test
 import (
 	"fmt"
 	"net"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -145,5 +147,155 @@ func inqReviewHandlerReadUrgent(t *testing.T, dispatch string) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("dispatch=%s: the handler was never called for the \"def\" queued behind the urgent byte, behind the request: hot %d, waiting hot %d, sticky %#x",
 			dispatch, netpoll.HotConns(s), netpoll.HotWaiting(s), netpoll.Sticky(sc))
+	}
+}
+
+// TestInqReviewUserFd: TCP_INQ is the library's, set while a connection
+// is hot, and user code that has the fd must not see it, nor lose an
+// option of its own to it, as with package net (and dispatch=go):
+//   - set: the handler of a hot call sets TCP_INQ itself (Control) for
+//     its own recvmsg(2)s; the owner's clearInq, after that call, turns
+//     it off under it: the next call finds it 0.
+//   - recvmsg: the handler's first RawConn.Read on a hot connection, a
+//     recvmsg(2) with a control buffer, gets a TCP_CM_INQ message it
+//     never asked for (DESIGN.md says so: until the wait after the call).
+//   - file-close: the handler takes File and closes the Conn; clearInq
+//     then finds it closing and leaves TCP_INQ on, and the socket lives
+//     on in the file (a hand-over to another process, say) with it set.
+func TestInqReviewUserFd(t *testing.T) {
+	for _, dispatch := range []string{"go", "hot"} {
+		for _, step := range []string{"set", "recvmsg", "file-close"} {
+			t.Run(dispatch+"/"+step, func(t *testing.T) { inqReviewUserFd(t, dispatch, step) })
+		}
+	}
+}
+
+func inqReviewUserFd(t *testing.T, dispatch, step string) {
+	files := make(chan *os.File, 1)
+	h := netpoll.HandlerFunc(func(c net.Conn) error {
+		buf := make([]byte, 64)
+		n, err := c.Read(buf)
+		if err != nil {
+			return err
+		}
+		rc, err := c.(syscall.Conn).SyscallConn()
+		if err != nil {
+			return err
+		}
+		var reply string
+		switch cmd := string(buf[:n]); cmd {
+		case "set", "get":
+			var v int
+			var serr error
+			if err := rc.Control(func(fd uintptr) {
+				if cmd == "set" {
+					serr = unix.SetsockoptInt(int(fd), unix.SOL_TCP, unix.TCP_INQ, 1)
+					v = 1
+				} else {
+					v, serr = unix.GetsockoptInt(int(fd), unix.SOL_TCP, unix.TCP_INQ)
+				}
+			}); err != nil {
+				return err
+			}
+			if serr != nil {
+				return serr
+			}
+			reply = fmt.Sprintf("inq=%d", v)
+		case "raw":
+			if _, err := c.Write([]byte("go")); err != nil {
+				return err
+			}
+			oob := make([]byte, 64)
+			var rn, oobn int
+			var rerr error
+			if err := rc.Read(func(fd uintptr) bool {
+				rn, oobn, _, _, rerr = unix.Recvmsg(int(fd), buf, oob, 0)
+				return rerr != unix.EAGAIN
+			}); err != nil {
+				return err
+			}
+			if rerr != nil {
+				return rerr
+			}
+			reply = fmt.Sprintf("%s/oob=%d", buf[:rn], oobn)
+		case "file":
+			f, err := c.(*netpoll.Conn).File()
+			if err != nil {
+				return err
+			}
+			files <- f
+			return c.Close()
+		default:
+			reply = cmd
+		}
+		_, err = c.Write([]byte(reply))
+		return err
+	})
+	_, s, c, stop, closed := hotFixtureOf(t, "dispatch="+dispatch+",spin=off", h)
+	if dispatch == "hot" {
+		heatAhead(t, s, c, stop)
+	} else {
+		echoN(t, c, "heat", 3)
+	}
+	ask := func(msg string) string {
+		t.Helper()
+		write(t, c, msg)
+		b := make([]byte, 64)
+		n, err := c.Read(b)
+		if err != nil {
+			t.Fatalf("reply to %q: %v", msg, err)
+		}
+		return string(b[:n])
+	}
+	switch step {
+	case "set":
+		if got := ask("set"); got != "inq=1" {
+			t.Fatalf("set: %q", got)
+		}
+		if got := ask("get"); got != "inq=1" {
+			t.Errorf("the handler set TCP_INQ in one call and found %q in the next: the library turned the user's option off", got)
+		}
+	case "recvmsg":
+		if got := ask("raw"); got != "go" {
+			t.Fatalf("raw: %q", got)
+		}
+		write(t, c, "data")
+		b := make([]byte, 64)
+		n, err := c.Read(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := string(b[:n]); got != "data/oob=0" {
+			t.Errorf("the handler's recvmsg with a control buffer returned %q, want %q: control bytes it never asked for", got, "data/oob=0")
+		}
+	case "file-close":
+		write(t, c, "file")
+		var f *os.File
+		select {
+		case f = <-files:
+		case <-stop:
+			t.Fatal("the handler never took the file")
+		}
+		defer f.Close()
+		// The handler closed the Conn, and the Server is done with it
+		// (StateClosed), before the file's socket is looked at.
+		if !await(stop, func() bool { return closed.Load() == 1 }) {
+			t.Fatal("the connection never closed")
+		}
+		rc, err := f.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v int
+		var gerr error
+		if err := rc.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), unix.SOL_TCP, unix.TCP_INQ) }); err != nil {
+			t.Fatal(err)
+		}
+		if gerr != nil {
+			t.Fatal(gerr)
+		}
+		if v != 0 {
+			t.Errorf("the file taken from a hot connection, its Conn closed, has TCP_INQ %d, want 0", v)
+		}
 	}
 }
