@@ -2,6 +2,7 @@ package netpoll_test
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -35,13 +36,21 @@ import (
 // with Reads of 64 KiB: under dispatch=hot the first takes the read
 // ahead's full buffer and the second reads "xyz" from the socket; under
 // dispatch=go the first reads all of it, stopping at the urgent mark.
+//
+// fin: the same with a FIN behind the request instead, which the
+// handler's read(2) takes with "xyz": the next read finds EOF. There the
+// watch's EPOLLRDHUP is what turns the skip off (ERR and HUP come with
+// any arming, but a FIN reports neither): this one passes, and fails
+// with EPOLLRDHUP dropped from the watch under TCP_INQ.
 func TestInqReviewHandlerReadUrgent(t *testing.T) {
-	for _, dispatch := range []string{"go", "hot", "hot-block", "hot-noinq", "hot-block-noinq"} {
-		t.Run(dispatch, func(t *testing.T) { inqReviewHandlerReadUrgent(t, dispatch) })
+	for _, end := range []string{"urgent", "fin"} {
+		for _, dispatch := range []string{"go", "hot", "hot-block", "hot-noinq", "hot-block-noinq"} {
+			t.Run(end+"/"+dispatch, func(t *testing.T) { inqReviewHandlerReadUrgent(t, dispatch, end) })
+		}
 	}
 }
 
-func inqReviewHandlerReadUrgent(t *testing.T, dispatch string) {
+func inqReviewHandlerReadUrgent(t *testing.T, dispatch, end string) {
 	t.Cleanup(netpoll.SetHotTick(time.Hour))
 	aheadSize := netpoll.ReadAheadSize
 	request := strings.Repeat("a", aheadSize) + "xyz"
@@ -122,31 +131,39 @@ func inqReviewHandlerReadUrgent(t *testing.T, dispatch string) {
 	// returns, so one wakeup of the runtime's covers it all.
 	sc := serverSide(t, s, c)
 	write(t, c, request)
-	sendOOB(t, c, []byte("!"))
-	write(t, c, "def")
+	ev, want := int16(unix.POLLPRI), reviewRead{"def", nil}
+	if end == "urgent" {
+		sendOOB(t, c, []byte("!"))
+		write(t, c, "def")
+	} else {
+		if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+		ev, want = unix.POLLRDHUP, reviewRead{"", io.EOF}
+	}
 	if !await(stop, func() bool { return outq(t, c) == 0 }) {
 		t.Fatal("the peer's data was never all acked")
 	}
 	if !await(stop, func() bool {
-		fds := []unix.PollFd{{Fd: int32(netpoll.FD(sc)), Events: unix.POLLIN | unix.POLLPRI}}
+		fds := []unix.PollFd{{Fd: int32(netpoll.FD(sc)), Events: unix.POLLIN | ev}}
 		n, err := unix.Poll(fds, 0)
-		return err == nil && n == 1 && fds[0].Revents&unix.POLLPRI != 0
+		return err == nil && n == 1 && fds[0].Revents&ev != 0
 	}) {
-		t.Fatal("poll never reported the urgent data")
+		t.Fatalf("poll never reported %#x", ev)
 	}
 	close(release)
 	if r := next("the request"); r.s != "request" || r.err != nil {
 		t.Fatalf("Read of the request: %q, %v", r.s, r.err)
 	}
-	// A bound only a hang reaches: "def" is queued already.
+	// A bound only a hang reaches: what follows is queued already.
 	select {
 	case r := <-reads:
-		if r.s != "def" || r.err != nil {
-			t.Fatalf("after the request the handler read %q, %v; want %q", r.s, r.err, "def")
+		if r != want {
+			t.Fatalf("after the request the handler read %q, %v; want %q, %v", r.s, r.err, want.s, want.err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatalf("dispatch=%s: the handler was never called for the \"def\" queued behind the urgent byte, behind the request: hot %d, waiting hot %d, sticky %#x",
-			dispatch, netpoll.HotConns(s), netpoll.HotWaiting(s), netpoll.Sticky(sc))
+		t.Fatalf("dispatch=%s: the handler was never called for what is queued behind the request (%s): hot %d, waiting hot %d, sticky %#x",
+			dispatch, end, netpoll.HotConns(s), netpoll.HotWaiting(s), netpoll.Sticky(sc))
 	}
 }
 
