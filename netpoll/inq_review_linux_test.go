@@ -14,9 +14,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Review tests for the TCP_INQ read ahead (a15ed80..d566ef0): each runs
-// under dispatch=go or as on a kernel without TCP_INQ, where it passes,
-// and with TCP_INQ, where it shows a defect.
+// Review tests for the TCP_INQ read ahead (a15ed80..d566ef0). Each runs
+// under dispatch=go (and, for the skip, as on a kernel without TCP_INQ:
+// SetNoInq), where it passes, and hot with TCP_INQ, where it shows a
+// defect; the fin case of the first passes there too, guarding the one
+// thing EPOLLRDHUP in the TCP_INQ watch is for.
 
 // TestInqReviewHandlerReadUrgent: TCP_INQ tells the read ahead what it
 // left behind, but the skip after a call also trusts a short Read of the
