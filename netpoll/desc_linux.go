@@ -618,11 +618,13 @@ func (d *desc) stick(e uint32) {
 	}
 }
 
-// exposeRaw turns skipping off for good once user code has the fd.
+// exposeRaw turns skipping off for good once user code has the fd, and
+// the TCP_INQ a hot connection's reads ahead use (dropInq).
 func (d *desc) exposeRaw() {
 	if d.skip && d.sticky.Load()&stickyRaw == 0 {
 		d.sticky.Or(stickyRaw)
 	}
+	d.dropInq()
 }
 
 // consume drops a ready edge before a syscall that will see whatever the

@@ -110,11 +110,13 @@ type hotWait struct {
 	aheads               uint64 // reads ahead that found something (readahead_linux.go); likewise
 	skips                uint64 // waits begun with no syscall after a drained read; likewise
 
-	// inq: the socket had TCP_INQ set when h was made, so its reads ahead
-	// see what they leave behind (readahead_linux.go) and the watch is
-	// EPOLLRDHUP alone (stickyWatch). Set before h is published, never
-	// after: the poller reads it. inqSet: the option is still on, until
-	// the owner clears it (clearInq).
+	// inq: h's reads ahead are recvmsg(2)s that count what they leave
+	// behind, on a socket with TCP_INQ set (readahead_linux.go), and the
+	// watch is EPOLLRDHUP alone (stickyWatch). Set before h is published,
+	// never after: the poller reads it. A read without the count (the
+	// option refused, or cleared for user code) drains nothing, so no
+	// wait skips after it. inqSet: the option is on, set by goHot and
+	// cleared by clearInq; guarded by the descriptor's armMu.
 	inq, inqSet bool
 
 	// user is true while the owner runs user code (enterUser): a handler
@@ -277,7 +279,13 @@ func (h *hotWait) serve(fd uintptr) bool {
 		h.seq.Add(1) // back from a wait
 		h.hook(hookHotWoken)
 	}
-	ask := true
+	// counted: the last read ahead drained the socket by its TCP_INQ
+	// count (h.inq). A short read of the handler's own, a read(2), has no
+	// count: it may have stopped at an urgent mark or before a FIN that
+	// came in the wakeup this wait consumed. Trusted only after a read
+	// ahead that drained, since then whatever it read came later, and set
+	// the runtime's flag again.
+	ask, counted := true, false
 	for {
 		dr.mu.Lock()
 		ahead := h.ahead.Load() != nil
@@ -289,9 +297,7 @@ func (h *hotWait) serve(fd uintptr) bool {
 				return h.park(false)
 			}
 			h.aheads += uint64(boolInt(read))
-			if !read && h.inqSet {
-				h.clearInq() // user code has the fd (stickyRaw): no more reads ahead
-			}
+			counted = read && dr.drained
 		}
 		if !read {
 			dr.drained = false // the handler's Read makes its syscall, or takes what was left
@@ -324,14 +330,15 @@ func (h *hotWait) serve(fd uintptr) bool {
 			return true
 		}
 		// Drained (a short Read or read ahead, skipping on and the
-		// conditions watched: hotSkips; nothing sticky) and no edge since
+		// conditions watched or counted: hotSkips, counted; nothing
+		// sticky) and no edge since
 		// on our side: anything that comes sets the runtime's flag,
 		// cleared before the call. Otherwise ask the socket, unless input
 		// read ahead is left for the handler.
 		dr.mu.Lock()
 		plain := sc.plainLocked()
 		left := h.ahead.Load() != nil
-		ask = !left && !(hotSkips(d, h) && dr.drained && d.sticky.Load() == 0 && dr.state.Load() == stEmpty)
+		ask = !left && !(hotSkips(d, h) && dr.drained && (counted || !h.inq) && d.sticky.Load() == 0 && dr.state.Load() == stEmpty)
 		dr.mu.Unlock()
 		if !plain {
 			// Returned: the hand-off acts on it, closing the connection
@@ -461,12 +468,7 @@ func (sc *serverConn) goHot() *hotWait {
 		return nil
 	}
 	h.serveFn = h.serve // made once: a wait allocates nothing
-	if d.mayReadAhead() && !testNoInq.Load() {
-		// Refused (a kernel before 4.18): the reads ahead stay read(2)s,
-		// and the watch takes EPOLLPRI (stickyWatch).
-		h.inq = unix.SetsockoptInt(d.fd, unix.SOL_TCP, unix.TCP_INQ, 1) == nil
-		h.inqSet = h.inq
-	}
+	h.inq = d.mayReadAhead() && !inqRefused.Load() && !testNoInq.Load()
 	var err error
 	d.armMu.Lock()
 	d.hotw.Store(h)
@@ -474,6 +476,9 @@ func (sc *serverConn) goHot() *hotWait {
 	// here (it sets closing before it looks for the wait).
 	closing := d.closing()
 	if !closing {
+		if h.inq {
+			h.setInq()
+		}
 		err = d.p.arm(d) // the parked directions only, EPOLLONESHOT: none while the owner runs
 	}
 	if closing || err != nil {
@@ -557,23 +562,67 @@ func (sc *serverConn) goCold(h *hotWait) {
 	s.stats.hotSkips.Add(h.skips)
 }
 
-// clearInq turns TCP_INQ off again, if h set it, so that user code's
-// recvmsg(2) with a control buffer gets only what it asked for: when the
-// connection goes cold, or once user code has had the fd (then from the
-// hot call after, until which such a recvmsg gets a TCP_CM_INQ message
-// too). A closing connection keeps it: its fd number may be reused once
-// no reference holds it. The owner's.
+// setInq turns TCP_INQ on for h's reads ahead, with the descriptor's
+// armMu held and h published (d.hotw), unless user code has the fd: user
+// code marks that (stickyRaw) before it looks for a hot wait to clear the
+// option of (dropInq), and this looks at the mark after the store, so
+// either this sees the mark and sets nothing, or dropInq sees h and
+// clears the option after this set it. A kernel that refuses the option
+// (ENOPROTOOPT, before 4.18) is not asked again: later hot periods watch
+// EPOLLPRI instead (stickyWatch). This one's reads ahead get no count,
+// and none of its waits skips.
+func (h *hotWait) setInq() {
+	if !h.d.mayReadAhead() {
+		return
+	}
+	err := unix.SetsockoptInt(h.d.fd, unix.SOL_TCP, unix.TCP_INQ, 1)
+	if err == unix.ENOPROTOOPT {
+		inqRefused.Store(true)
+	}
+	h.inqSet = err == nil
+}
+
+// inqRefused records that the kernel refused TCP_INQ (setInq).
+var inqRefused atomic.Bool
+
+// clearInq turns TCP_INQ off again, if h set it and it is still on, when
+// the connection goes cold: user code's recvmsg(2) with a control buffer
+// gets only what it asked for. The owner's, with no armMu held. A closing
+// connection keeps it: its fd number may be reused once no reference
+// holds it, and its socket goes.
 func (h *hotWait) clearInq() {
-	if !h.inqSet {
+	if h.inq {
+		h.d.armMu.Lock()
+		h.dropInqLocked()
+		h.d.armMu.Unlock()
+	}
+}
+
+// dropInqLocked is clearInq's part, with armMu held.
+func (h *hotWait) dropInqLocked() {
+	d := h.d
+	if !h.inqSet || d.incref() != nil {
 		return
 	}
 	h.inqSet = false
-	d := h.d
-	if d.incref() != nil {
-		return
-	}
-	unix.SetsockoptInt(d.fd, unix.SOL_TCP, unix.TCP_INQ, 0) // fails only with the socket gone
+	// Cannot fail: the reference keeps the socket, which took the option.
+	unix.SetsockoptInt(d.fd, unix.SOL_TCP, unix.TCP_INQ, 0)
 	d.decref()
+}
+
+// dropInq turns TCP_INQ off for user code that is about to have the fd
+// of a hot connection (exposeRaw, which marked stickyRaw first), before
+// its function runs, so that it never sees the option nor loses one it
+// sets itself. A read ahead of the owner's in flight then gets no count,
+// and drains nothing.
+func (d *desc) dropInq() {
+	if h := d.hotw.Load(); h != nil && h.inq {
+		d.armMu.Lock()
+		if d.hotw.Load() == h {
+			h.dropInqLocked()
+		}
+		d.armMu.Unlock()
+	}
 }
 
 // testNoInq, set by tests, makes goHot behave as on a kernel that refuses
