@@ -38,9 +38,9 @@ type reviewRead struct {
 // the callback), the handler's short Read takes "abc", the callback parks
 // on the runtime's flag, which the wakeup consumed, and what is still
 // queued ("def", EOF) waits for the sweeper. dispatch=go serves it at
-// once, through the sticky bits. The reset passes under dispatch=hot too:
-// the runtime keeps EPOLLERR for the dup (pollEventErr), so the wait fails
-// at once and the connection goes cold, where the restore's MOD reports it.
+// once, through the sticky bits. The reset passed under dispatch=hot even
+// then: EPOLLERR and EPOLLHUP come with any registration, and the poller
+// stored them.
 func TestHotReviewShortReadPending(t *testing.T) {
 	// hot-block: dispatch=hot under wait=block. -noinq: as on a kernel
 	// that refuses TCP_INQ, where the read ahead cannot see urgent data

@@ -14,11 +14,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Review tests for the TCP_INQ read ahead (a15ed80..d566ef0). Each runs
-// under dispatch=go (and, for the skip, as on a kernel without TCP_INQ:
-// SetNoInq), where it passes, and hot with TCP_INQ, where it shows a
-// defect; the fin case of the first passes there too, guarding the one
-// thing EPOLLRDHUP in the TCP_INQ watch is for.
+// Review tests for the TCP_INQ read ahead (helper-29, of a15ed80..d566ef0).
+// Each runs under dispatch=go (and, for the skip, as on a kernel without
+// TCP_INQ: SetNoInq), where it passed, and hot with TCP_INQ, where it
+// showed a defect, since fixed: the skip after a handler's own short read
+// (hotWait.serve's counted) and the option seen by user code (dropInq).
 
 // TestInqReviewHandlerReadUrgent: TCP_INQ tells the read ahead what it
 // left behind, but the skip after a call also trusts a short Read of the
@@ -40,10 +40,10 @@ import (
 // dispatch=go the first reads all of it, stopping at the urgent mark.
 //
 // fin: the same with a FIN behind the request instead, which the
-// handler's read(2) takes with "xyz": the next read finds EOF. There the
-// watch's EPOLLRDHUP is what turns the skip off (ERR and HUP come with
-// any arming, but a FIN reports neither): this one passes, and fails
-// with EPOLLRDHUP dropped from the watch under TCP_INQ.
+// handler's read(2) takes with "xyz": the next read finds EOF. When the
+// review wrote it, the watch's EPOLLRDHUP was what turned the skip off
+// there (ERR and HUP come with any arming, but a FIN reports neither);
+// since the fix the wait does not trust that read at all.
 func TestInqReviewHandlerReadUrgent(t *testing.T) {
 	for _, end := range []string{"urgent", "fin"} {
 		for _, dispatch := range []string{"go", "hot", "hot-block", "hot-noinq", "hot-block-noinq"} {
@@ -173,14 +173,16 @@ func inqReviewHandlerReadUrgent(t *testing.T, dispatch, end string) {
 // is hot, and user code that has the fd must not see it, nor lose an
 // option of its own to it, as with package net (and dispatch=go):
 //   - set: the handler of a hot call sets TCP_INQ itself (Control) for
-//     its own recvmsg(2)s; the owner's clearInq, after that call, turns
-//     it off under it: the next call finds it 0.
+//     its own recvmsg(2)s; the owner's clearInq, after that call, turned
+//     it off under it: the next call found it 0.
 //   - recvmsg: the handler's first RawConn.Read on a hot connection, a
-//     recvmsg(2) with a control buffer, gets a TCP_CM_INQ message it
-//     never asked for (DESIGN.md says so: until the wait after the call).
+//     recvmsg(2) with a control buffer, got a TCP_CM_INQ message it
+//     never asked for.
 //   - file-close: the handler takes File and closes the Conn; clearInq
-//     then finds it closing and leaves TCP_INQ on, and the socket lives
+//     then found it closing and left TCP_INQ on, and the socket lived
 //     on in the file (a hand-over to another process, say) with it set.
+//
+// exposeRaw now clears the option before user code has the fd (dropInq).
 func TestInqReviewUserFd(t *testing.T) {
 	for _, dispatch := range []string{"go", "hot"} {
 		for _, step := range []string{"set", "recvmsg", "file-close"} {

@@ -35,16 +35,20 @@ import (
 // with TCP_INQ set while hot, whose control message says how much is left
 // in order behind what it read (tcp_inq_hint: the urgent byte counts, and
 // a FIN queued makes it at least 1), and the read drained the socket only
-// when nothing is; and the connection's own registration watches for the
-// end of input (EPOLLRDHUP; errors and hang-ups come with any interest),
-// which a reset after the data needs (stickyWatch). Watching for urgent
-// data instead (EPOLLPRI), as a kernel without TCP_INQ makes it, costs
-// every segment an epoll callback that matches, since TCP wakes a
-// socket's waiters with EPOLLPRI in the key of every segment: under the
-// nested wait the runtime's netpoller then polls the poller's epoll fd to
-// find nothing, and under wait=block the poller's thread would wake, so
-// there, without TCP_INQ, a connection that reads ahead never skips
-// (hotSkips).
+// when nothing is. A short Read of the handler's own (a read(2), with no
+// count) is trusted only after a read ahead that drained: whatever it took
+// came later, and set the runtime's flag again (hotWait.serve). A reset
+// after the data sets no count; the errors and hang-ups every registration
+// reports catch it, so the connection's own registration stays armed
+// while hot, named for the end of input (EPOLLRDHUP, which no segment's
+// wakeup matches; stickyWatch). Watching for urgent data (EPOLLPRI), as a
+// kernel without TCP_INQ makes it, costs every segment an epoll callback
+// that matches, since TCP wakes a socket's waiters with EPOLLPRI in the
+// key of every segment: under the nested wait the runtime's netpoller then
+// polls the poller's epoll fd to find nothing, and under wait=block the
+// poller's thread would wake, so there, without TCP_INQ, a connection
+// that reads ahead never skips (hotSkips). User code that has the fd
+// finds TCP_INQ off (exposeRaw clears it first: dropInq).
 //
 // What is read ahead must come before anything read from the socket
 // later, so every way of reading it takes the buffer first: Read,
@@ -85,7 +89,7 @@ type readAhead struct {
 	buf    [readAheadSize]byte
 	lo, hi int
 	err    error
-	oob    [unix.SizeofCmsghdr + 8]byte // TCP_CM_INQ's control message: unix.CmsgSpace(4) on every arch
+	oob    [unix.SizeofCmsghdr + 8]byte // TCP_CM_INQ's control message: unix.CmsgSpace(4) on 64-bit, room to spare on 32-bit
 	msg    unix.Msghdr                  // readInq's, pointing into buf and oob
 	iov    unix.Iovec
 }
@@ -118,9 +122,11 @@ func (d *desc) mayReadAhead() bool {
 // the owner, after it announces a wait, looks at sticky before it skips.
 // Called with armMu held, or by the poller.
 //
-// With TCP_INQ set (hotWait.inq) the read ahead sees urgent data and a
-// FIN queued behind what it read, and the watch is EPOLLRDHUP alone: no
-// segment's wakeup matches it. Without, it is EPOLLPRI|EPOLLRDHUP, which
+// With TCP_INQ (hotWait.inq) the read ahead sees urgent data and a FIN
+// queued behind what it read, and the watch is EPOLLRDHUP alone, which no
+// segment's wakeup matches: it keeps the registration armed, and re-armed
+// after a handler's park (rearmAfterEvent), for the errors and hang-ups
+// any registration reports, which a reset behind the data needs. Without, it is EPOLLPRI|EPOLLRDHUP, which
 // every segment's wakeup matches (TCP wakes a socket's waiters with
 // EPOLLPRI in the key: sock_def_readable, and epoll lets a wakeup through
 // when the key and the registration share a bit). Under the nested wait
