@@ -534,3 +534,7 @@ func SetNoInq() (restore func()) {
 
 // ReadAheadSize is the read ahead's buffer size (readAheadSize).
 const ReadAheadSize = readAheadSize
+
+// PollerWoken returns the operations c's poller has woken, which it
+// counts after the batch that woke them: a woken Read may return first.
+func PollerWoken(c any) uint64 { return descOf(c).p.stats().Woken }
