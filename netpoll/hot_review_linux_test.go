@@ -74,53 +74,10 @@ func hotReviewShortRead(t *testing.T, dispatch string, p shortPath) {
 		}
 		return err
 	})
-	cfg, hot := "dispatch=hot", dispatch != "go"
-	if d, ok := strings.CutSuffix(dispatch, "-noinq"); ok {
-		t.Cleanup(netpoll.SetNoInq())
-		dispatch = d
-	}
-	switch dispatch {
-	case "go":
-		cfg = "dispatch=go"
-	case "hot-block":
-		cfg = "dispatch=hot,wait=block"
-	}
-	g := newGroup(t, cfgOf(t, cfg+",spin=off,shortread=on"))
-	l := listen(t, g, "tcp")
-	s := &netpoll.Server{Handler: h}
-	serveOn(t, s, l)
-	c, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	done, stop := watchdog(t, time.Minute)
-	defer done()
-	next := func(what string) reviewRead {
-		t.Helper()
-		select {
-		case r := <-reads:
-			return r
-		case <-stop:
-			t.Fatalf("the handler never read %s", what)
-			return reviewRead{}
-		}
-	}
-	for range 2 { // the second call makes the connection busy: hot
-		write(t, c, "hi")
-		if r := next("hi"); r.s != "hi" || r.err != nil {
-			t.Fatalf("first Reads: %q, %v", r.s, r.err)
-		}
-	}
-	if hot && !await(stop, func() bool { return netpoll.HotWaiting(s) == 1 }) {
-		t.Fatal("the connection never waited hot")
-	}
+	s, c, stop, next := reviewServe(t, dispatch, h, reads)
+	reviewHeat(t, dispatch, s, c, stop, next)
 	// Under dispatch=hot this call runs inside the dup's RawConn.Read.
-	write(t, c, "block")
-	if r := next("block"); r.s != "block" || r.err != nil {
-		t.Fatalf("Read of block: %q, %v", r.s, r.err)
-	}
-	<-entered
+	reviewBlock(t, c, next, entered)
 	// While the handler runs, the peer queues "abc" and what ends the
 	// next Read early; all of it reaches the server before the handler
 	// returns.
@@ -156,6 +113,73 @@ func hotReviewShortRead(t *testing.T, dispatch string, p shortPath) {
 		t.Fatalf("dispatch=%s: the handler was never called for what followed the short read (%s), queued with it: hot %d, waiting hot %d",
 			dispatch, p.name, netpoll.HotConns(s), netpoll.HotWaiting(s))
 	}
+}
+
+// reviewServe serves h on a group for dispatch: "go", "hot", "hot-block"
+// (dispatch=hot under wait=block), either hot one with "-noinq" (as on a
+// kernel that refuses TCP_INQ: SetNoInq), and dials it. next waits for
+// the handler's next Read, sent on reads, within a watchdog (stop).
+func reviewServe(t *testing.T, dispatch string, h netpoll.Handler, reads <-chan reviewRead) (*netpoll.Server, net.Conn, <-chan struct{}, func(what string) reviewRead) {
+	t.Helper()
+	cfg := "dispatch=hot"
+	if d, ok := strings.CutSuffix(dispatch, "-noinq"); ok {
+		t.Cleanup(netpoll.SetNoInq())
+		dispatch = d
+	}
+	switch dispatch {
+	case "go":
+		cfg = "dispatch=go"
+	case "hot-block":
+		cfg = "dispatch=hot,wait=block"
+	}
+	g := newGroup(t, cfgOf(t, cfg+",spin=off,shortread=on"))
+	l := listen(t, g, "tcp")
+	s := &netpoll.Server{Handler: h}
+	serveOn(t, s, l)
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	done, stop := watchdog(t, time.Minute)
+	t.Cleanup(done)
+	next := func(what string) reviewRead {
+		t.Helper()
+		select {
+		case r := <-reads:
+			return r
+		case <-stop:
+			t.Fatalf("the handler never read %s", what)
+			return reviewRead{}
+		}
+	}
+	return s, c, stop, next
+}
+
+// reviewHeat makes c's connection busy (two calls), and, but under
+// dispatch=go, waits until it waits hot.
+func reviewHeat(t *testing.T, dispatch string, s *netpoll.Server, c net.Conn, stop <-chan struct{}, next func(string) reviewRead) {
+	t.Helper()
+	for range 2 { // the second call makes the connection busy: hot
+		write(t, c, "hi")
+		if r := next("hi"); r.s != "hi" || r.err != nil {
+			t.Fatalf("first Reads: %q, %v", r.s, r.err)
+		}
+	}
+	if dispatch != "go" && !await(stop, func() bool { return netpoll.HotWaiting(s) == 1 }) {
+		t.Fatal("the connection never waited hot")
+	}
+}
+
+// reviewBlock sends "block", whose call the handler holds (it reports
+// entered) until the test releases it.
+func reviewBlock(t *testing.T, c net.Conn, next func(string) reviewRead, entered <-chan struct{}) {
+	t.Helper()
+	write(t, c, "block")
+	if r := next("block"); r.s != "block" || r.err != nil {
+		t.Fatalf("Read of block: %q, %v", r.s, r.err)
+	}
+	<-entered
 }
 
 // TestHotReviewForeignRead: a Read from outside the handler on an idle

@@ -82,52 +82,9 @@ func inqReviewHandlerReadUrgent(t *testing.T, dispatch, end string) {
 		}
 		return err
 	})
-	cfg, hot := "dispatch=hot", dispatch != "go"
-	if d, ok := strings.CutSuffix(dispatch, "-noinq"); ok {
-		t.Cleanup(netpoll.SetNoInq())
-		dispatch = d
-	}
-	switch dispatch {
-	case "go":
-		cfg = "dispatch=go"
-	case "hot-block":
-		cfg = "dispatch=hot,wait=block"
-	}
-	g := newGroup(t, cfgOf(t, cfg+",spin=off,shortread=on"))
-	l := listen(t, g, "tcp")
-	s := &netpoll.Server{Handler: h}
-	serveOn(t, s, l)
-	c, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	done, stop := watchdog(t, time.Minute)
-	defer done()
-	next := func(what string) reviewRead {
-		t.Helper()
-		select {
-		case r := <-reads:
-			return r
-		case <-stop:
-			t.Fatalf("the handler never read %s", what)
-			return reviewRead{}
-		}
-	}
-	for range 2 { // the second call makes the connection busy: hot
-		write(t, c, "hi")
-		if r := next("hi"); r.s != "hi" || r.err != nil {
-			t.Fatalf("first Reads: %q, %v", r.s, r.err)
-		}
-	}
-	if hot && !await(stop, func() bool { return netpoll.HotWaiting(s) == 1 }) {
-		t.Fatal("the connection never waited hot")
-	}
-	write(t, c, "block")
-	if r := next("block"); r.s != "block" || r.err != nil {
-		t.Fatalf("Read of block: %q, %v", r.s, r.err)
-	}
-	<-entered
+	s, c, stop, next := reviewServe(t, dispatch, h, reads)
+	reviewHeat(t, dispatch, s, c, stop, next)
+	reviewBlock(t, c, next, entered)
 	// While the handler runs, the peer queues the big request, the urgent
 	// byte and "def"; all of it reaches the server before the handler
 	// returns, so one wakeup of the runtime's covers it all.
