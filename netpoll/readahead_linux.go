@@ -126,14 +126,14 @@ func (d *desc) mayReadAhead() bool {
 // queued behind what it read, and the watch is EPOLLRDHUP alone, which no
 // segment's wakeup matches: it keeps the registration armed, and re-armed
 // after a handler's park (rearmAfterEvent), for the errors and hang-ups
-// any registration reports, which a reset behind the data needs. Without, it is EPOLLPRI|EPOLLRDHUP, which
-// every segment's wakeup matches (TCP wakes a socket's waiters with
-// EPOLLPRI in the key: sock_def_readable, and epoll lets a wakeup through
-// when the key and the registration share a bit). Under the nested wait
-// that costs a callback and the runtime's netpoller a look at the
-// poller's epoll fd per segment, to find nothing; under wait=block it
-// would wake the poller's thread at every segment, so there it watches
-// nothing and never skips after a read ahead (hotSkips).
+// any registration reports, which a reset behind the data needs. Without,
+// it is EPOLLPRI|EPOLLRDHUP, which every segment's wakeup matches (TCP
+// wakes a socket's waiters with EPOLLPRI in the key: sock_def_readable,
+// and epoll lets a wakeup through when the key and the registration share
+// a bit). Under the nested wait that costs a callback and the runtime's
+// netpoller a look at the poller's epoll fd per segment, to find nothing;
+// under wait=block it would wake the poller's thread at every segment, so
+// there it watches nothing and never skips after a read ahead (hotSkips).
 func stickyWatch(d *desc) uint32 {
 	h := d.hotw.Load()
 	switch {
