@@ -331,10 +331,9 @@ func (h *hotWait) serve(fd uintptr) bool {
 		}
 		// Drained (a short Read or read ahead, skipping on and the
 		// conditions watched or counted: hotSkips, counted; nothing
-		// sticky) and no edge since
-		// on our side: anything that comes sets the runtime's flag,
-		// cleared before the call. Otherwise ask the socket, unless input
-		// read ahead is left for the handler.
+		// sticky) and no edge since on our side: anything that comes sets
+		// the runtime's flag, cleared before the call. Otherwise ask the
+		// socket, unless input read ahead is left for the handler.
 		dr.mu.Lock()
 		plain := sc.plainLocked()
 		left := h.ahead.Load() != nil
