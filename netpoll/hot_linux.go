@@ -524,6 +524,9 @@ func (h *hotWait) open() error {
 // fail's DEL.
 func (d *desc) dropHot() {
 	d.armMu.Lock()
+	if h := d.hotw.Load(); h != nil && h.inq {
+		h.dropInqLocked() // while dropInq still finds h: user code may have the fd once it is gone
+	}
 	d.hotw.Store(nil)
 	if !d.failed() && d.incref() == nil {
 		if err := d.p.restore(d); err != nil {
