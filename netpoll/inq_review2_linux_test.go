@@ -2,6 +2,7 @@ package netpoll_test
 
 import (
 	"net"
+	"os"
 	"syscall"
 	"testing"
 
@@ -88,4 +89,117 @@ func TestInqReview2ColdWindow(t *testing.T) {
 	echoN(t, c, "after", 2)
 }
 
-var _ net.Conn // net: kept for the tests below
+// TestInqReview2CloseWindow: dropInq clears the option through
+// dropInqLocked, which takes a reference of its own and leaves the option
+// on when it cannot (a Close has begun): right for the owner, which holds
+// none, but user code that is about to have the fd holds one already
+// (Control, rawIO's begin, File's control), and its function runs all the
+// same. So a File taken as another goroutine closes the Conn is a dup of
+// a socket with the library's TCP_INQ on, which lives on after the Conn
+// (the case TestInqReviewUserFd/hot/file-close fixed for a File taken
+// before the Close). The window, between File's reference and dropInq's,
+// is held open by a park of the handler's Read, whose arm (EPOLL_CTL_MOD
+// under armMu) waits while File reaches dropInq and the Close begins.
+// Once it is released, either File's dropInq takes armMu first and finds
+// no reference to take, or the owner, its Read failed by the Close, goes
+// cold first (dropHot, clearInq: closing, it leaves the option on) and
+// dropInq then finds no hot wait: the option stays on either way. So
+// skipping dropInqLocked's incref in dropInq alone fixes half the runs: the
+// state "the library's TCP_INQ is on" must outlive d.hotw for user code
+// with a reference to clear it.
+func TestInqReview2CloseWindow(t *testing.T) {
+	h := netpoll.HandlerFunc(func(c net.Conn) error {
+		buf := make([]byte, 64)
+		n, err := c.Read(buf)
+		if err == nil && string(buf[:n]) == "block" {
+			_, err = c.Read(buf) // parks: nothing more comes
+		} else if err == nil {
+			_, err = c.Write(buf[:n])
+		}
+		return err
+	})
+	_, s, c, stop, closed := hotFixtureOf(t, "dispatch=hot,spin=off", h)
+	heatAhead(t, s, c, stop)
+	sc := serverSide(t, s, c)
+	fd := netpoll.FD(sc)
+	if v, err := unix.GetsockoptInt(fd, unix.SOL_TCP, unix.TCP_INQ); err != nil || v != 1 {
+		t.Skipf("TCP_INQ while hot: %d, %v (a kernel without it?)", v, err)
+	}
+	inArm, release := make(chan struct{}), make(chan struct{})
+	fired := false
+	restore := netpoll.SetCtlFault(func(_, op, cfd int, events uint32) unix.Errno {
+		if cfd == fd && op == unix.EPOLL_CTL_MOD && events&unix.EPOLLIN != 0 && events&unix.EPOLLONESHOT != 0 && !fired {
+			// The handler's second Read arms for its park, armMu held.
+			fired = true
+			close(inArm)
+			select {
+			case <-release:
+			case <-stop:
+			}
+		}
+		return 0
+	})
+	defer restore()
+	write(t, c, "block")
+	select {
+	case <-inArm:
+	case <-stop:
+		t.Fatal("the handler's Read never armed for its park")
+	}
+	type fileResult struct {
+		f   *os.File
+		err error
+	}
+	files := make(chan fileResult, 1)
+	go func() {
+		f, err := sc.(*netpoll.Conn).File()
+		files <- fileResult{f, err}
+	}()
+	// Marked (exposeRaw) after File's reference: then dropInq, which
+	// waits for armMu.
+	if !await(stop, func() bool { return netpoll.Sticky(sc)&netpoll.StickyRaw != 0 }) {
+		t.Fatal("File never marked the connection")
+	}
+	closeErr := make(chan error, 1)
+	go func() { closeErr <- sc.Close() }()
+	if !await(stop, func() bool { return netpoll.Closing(sc) }) {
+		t.Fatal("Close never began")
+	}
+	close(release)
+	var r fileResult
+	select {
+	case r = <-files:
+	case <-stop:
+		t.Fatal("File never returned")
+	}
+	if r.err != nil {
+		t.Fatalf("File: %v (its reference was taken before the Close began)", r.err)
+	}
+	defer r.f.Close()
+	select {
+	case err := <-closeErr:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-stop:
+		t.Fatal("Close never returned")
+	}
+	if !await(stop, func() bool { return closed.Load() == 1 }) {
+		t.Fatal("the connection never closed")
+	}
+	frc, err := r.f.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	var gerr error
+	if err := frc.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), unix.SOL_TCP, unix.TCP_INQ) }); err != nil {
+		t.Fatal(err)
+	}
+	if gerr != nil {
+		t.Fatal(gerr)
+	}
+	if v != 0 {
+		t.Errorf("a File taken from a hot connection as it was closed has TCP_INQ %d, the library's; want 0", v)
+	}
+}
