@@ -3,6 +3,8 @@ package netpoll_test
 import (
 	"net"
 	"os"
+	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -57,12 +59,19 @@ func TestInqReview2ColdWindow(t *testing.T) {
 	restore := netpoll.SetCtlFault(func(_, op, cfd int, events uint32) unix.Errno {
 		if cfd == fd && op == unix.EPOLL_CTL_MOD && events&unix.EPOLLET != 0 && !fired {
 			// goCold's restore (dropHot): d.hotw is nil, clearInq to come.
+			// The user's Control runs to its end here, or, should it wait
+			// for armMu (a fix may make it), until it waits: then it runs
+			// after the owner's clearing, which is what the test asks.
 			fired = true
 			close(user)
-			select {
-			case <-userDone:
-			case <-stop:
-			}
+			await(stop, func() bool {
+				select {
+				case <-userDone:
+					return true
+				default:
+					return blockedInExposeRaw()
+				}
+			})
 		}
 		return 0
 	})
@@ -71,7 +80,11 @@ func TestInqReview2ColdWindow(t *testing.T) {
 	if !fired {
 		t.Fatal("the connection went cold without its restore's EPOLL_CTL_MOD")
 	}
-	<-userDone
+	select {
+	case <-userDone:
+	case <-stop:
+		t.Fatal("the user's Control never returned")
+	}
 	if serr != nil {
 		t.Fatal(serr)
 	}
@@ -87,6 +100,19 @@ func TestInqReview2ColdWindow(t *testing.T) {
 	}
 	// The connection still serves.
 	echoN(t, c, "after", 2)
+}
+
+// blockedInExposeRaw reports whether a goroutine waits for a mutex inside
+// desc.exposeRaw (dropInq's armMu).
+func blockedInExposeRaw() bool {
+	buf := make([]byte, 1<<20)
+	for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		head, _, _ := strings.Cut(g, "\n")
+		if strings.Contains(head, "[sync.Mutex.Lock") && strings.Contains(g, "netpoll.(*desc).exposeRaw(") {
+			return true
+		}
+	}
+	return false
 }
 
 // TestInqReview2CloseWindow: dropInq clears the option through
