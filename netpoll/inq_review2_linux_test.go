@@ -13,7 +13,10 @@ import (
 )
 
 // Review tests for the fixes of the first TCP_INQ review (helper-30, of
-// 7340162 and later).
+// 7340162 and later): the library's TCP_INQ seen, or the user's own lost,
+// by user code that has the fd as the connection goes cold
+// (TestInqReview2ColdWindow: fixed by dropHot clearing it first, passes)
+// or as it closes (TestInqReview2CloseWindow: fails).
 
 // TestInqReview2ColdWindow: dropInq clears the library's TCP_INQ for user
 // code only while d.hotw names the hot wait, but goCold clears d.hotw
