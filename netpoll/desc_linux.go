@@ -334,6 +334,24 @@ func (d *desc) incref() error {
 	}
 }
 
+// increfOpen takes a reference while the fd is open, even after Close
+// began: some other holder's reference keeps it open, and this one then
+// keeps it open a little longer (close waits for every reference). It
+// fails only when no reference is left after Close, the fd going or gone.
+// For a last word on the socket that must reach it as long as anyone may
+// still use it (dropInqLocked: user code holding a reference dups it).
+func (d *desc) increfOpen() error {
+	for {
+		v := d.ref.Load()
+		if v&refClosing != 0 && v&refMask == 0 {
+			return net.ErrClosed
+		}
+		if d.ref.CompareAndSwap(v, v+1) {
+			return nil
+		}
+	}
+}
+
 // decref ends an operation, destroying the descriptor if it was the last
 // reference after Close.
 func (d *desc) decref() {

@@ -116,7 +116,7 @@ type hotWait struct {
 	// never after: the poller reads it. A read without the count (the
 	// option refused, or cleared for user code) drains nothing, so no
 	// wait skips after it. inqSet: the option is on, set by goHot and
-	// cleared by clearInq; guarded by the descriptor's armMu.
+	// cleared by dropInqLocked; guarded by the descriptor's armMu.
 	inq, inqSet bool
 
 	// user is true while the owner runs user code (enterUser): a handler
@@ -481,6 +481,7 @@ func (sc *serverConn) goHot() *hotWait {
 		err = d.p.arm(d) // the parked directions only, EPOLLONESHOT: none while the owner runs
 	}
 	if closing || err != nil {
+		h.dropInqLocked() // while dropInq still finds h, as dropHot does
 		d.hotw.Store(nil)
 		if err != nil {
 			d.p.fail(d, err)
@@ -488,7 +489,6 @@ func (sc *serverConn) goHot() *hotWait {
 	}
 	d.armMu.Unlock()
 	if closing || err != nil {
-		h.clearInq()
 		h.close()
 		s.hot.remove(h)
 		if err != nil {
@@ -555,7 +555,6 @@ func (sc *serverConn) goCold(h *hotWait) {
 		h.ahead.drop()
 		d.rd.mu.Unlock()
 	}
-	h.clearInq()
 	h.close()
 	s.hot.remove(h) // after the close: a Server with nothing hot holds no dup
 	s.stats.hotExits.Add(1)
@@ -587,23 +586,17 @@ func (h *hotWait) setInq() {
 // inqRefused records that the kernel refused TCP_INQ (setInq).
 var inqRefused atomic.Bool
 
-// clearInq turns TCP_INQ off again, if h set it and it is still on, when
-// the connection goes cold: user code's recvmsg(2) with a control buffer
-// gets only what it asked for. The owner's, with no armMu held. A closing
-// connection keeps it: its fd number may be reused once no reference
-// holds it, and its socket goes.
-func (h *hotWait) clearInq() {
-	if h.inq {
-		h.d.armMu.Lock()
-		h.dropInqLocked()
-		h.d.armMu.Unlock()
-	}
-}
-
-// dropInqLocked is clearInq's part, with armMu held.
+// dropInqLocked turns TCP_INQ off again, if h set it and it is still on,
+// with the descriptor's armMu held and h still published (d.hotw): when
+// the connection goes cold (dropHot, goHot's failure) and before user
+// code has the fd (dropInq), so that user code never sees the option, nor
+// loses its own setting of it to a later clear. Even after Close began,
+// as long as any reference keeps the fd open (increfOpen): a File taken
+// meanwhile would carry the option on in its dup. With no reference left
+// the socket goes with the fd, and nothing can dup it any more.
 func (h *hotWait) dropInqLocked() {
 	d := h.d
-	if !h.inqSet || d.incref() != nil {
+	if !h.inqSet || d.increfOpen() != nil {
 		return
 	}
 	h.inqSet = false
@@ -614,9 +607,8 @@ func (h *hotWait) dropInqLocked() {
 
 // dropInq turns TCP_INQ off for user code that is about to have the fd
 // of a hot connection (exposeRaw, which marked stickyRaw first), before
-// its function runs, so that it never sees the option nor loses one it
-// sets itself. A read ahead of the owner's in flight then gets no count,
-// and drains nothing.
+// its function runs. A read ahead of the owner's in flight may still get
+// its count, but stickyRaw, stored first, stops every skip after it.
 func (d *desc) dropInq() {
 	if h := d.hotw.Load(); h != nil && h.inq {
 		d.armMu.Lock()
