@@ -64,10 +64,12 @@ func TestInqReview2ColdWindow(t *testing.T) {
 	fired := false
 	restore := netpoll.SetCtlFault(func(_, op, cfd int, events uint32) unix.Errno {
 		if cfd == fd && op == unix.EPOLL_CTL_MOD && events&unix.EPOLLET != 0 && !fired {
-			// goCold's restore (dropHot): d.hotw is nil, clearInq to come.
-			// The user's Control runs to its end here, or, should it wait
-			// for armMu (a fix may make it), until it waits: then it runs
-			// after the owner's clearing, which is what the test asks.
+			// goCold's restore (dropHot), under armMu: when the review
+			// wrote this, d.hotw was nil here and the owner's clear still
+			// to come. The user's Control runs to its end here, or, should
+			// it wait for armMu (as it does since the fix), until it
+			// waits: then it runs after the clearing, which is what the
+			// test asks.
 			fired = true
 			close(user)
 			await(stop, func() bool {
@@ -102,7 +104,7 @@ func TestInqReview2ColdWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	if v != 1 {
-		t.Errorf("user code set TCP_INQ as the connection went cold, and the library's clearInq turned it off: %d, want 1", v)
+		t.Errorf("user code set TCP_INQ as the connection went cold, and the library turned it off: %d, want 1", v)
 	}
 	// The connection still serves.
 	echoN(t, c, "after", 2)
