@@ -132,17 +132,7 @@ func reviewServe(t *testing.T, dispatch string, h netpoll.Handler, reads <-chan 
 	case "hot-block":
 		cfg = "dispatch=hot,wait=block"
 	}
-	g := newGroup(t, cfgOf(t, cfg+",spin=off,shortread=on"))
-	l := listen(t, g, "tcp")
-	s := &netpoll.Server{Handler: h}
-	serveOn(t, s, l)
-	c, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	done, stop := watchdog(t, time.Minute)
-	t.Cleanup(done)
+	_, s, c, stop, _ := hotFixtureOf(t, cfg+",spin=off,shortread=on", h)
 	next := func(what string) reviewRead {
 		t.Helper()
 		select {

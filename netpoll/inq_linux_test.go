@@ -3,6 +3,7 @@ package netpoll_test
 import (
 	"fmt"
 	"net"
+	"os"
 	"syscall"
 	"testing"
 
@@ -132,6 +133,21 @@ func tcpInq(t *testing.T, fd int) int {
 	v, err := unix.GetsockoptInt(fd, unix.SOL_TCP, unix.TCP_INQ)
 	if err != nil {
 		t.Fatalf("getsockopt(TCP_INQ): %v", err)
+	}
+	return v
+}
+
+// fileInq returns the TCP_INQ option of f's socket, through its RawConn:
+// f.Fd would put the socket in blocking mode.
+func fileInq(t *testing.T, f *os.File) int {
+	t.Helper()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := -1
+	if err := rc.Control(func(fd uintptr) { v = tcpInq(t, int(fd)) }); err != nil {
+		t.Fatal(err)
 	}
 	return v
 }

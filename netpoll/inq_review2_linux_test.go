@@ -36,8 +36,8 @@ func TestInqReview2ColdWindow(t *testing.T) {
 	sc := serverSide(t, s, c)
 	fd := netpoll.FD(sc)
 	// Read past the library, not through Control, which clears the option.
-	if v, err := unix.GetsockoptInt(fd, unix.SOL_TCP, unix.TCP_INQ); err != nil || v != 1 {
-		t.Fatalf("TCP_INQ while hot: %d, %v, want 1", v, err)
+	if v := tcpInq(t, fd); v != 1 {
+		t.Fatalf("TCP_INQ while hot: %d, want 1", v)
 	}
 	rc, err := sc.(syscall.Conn).SyscallConn()
 	if err != nil {
@@ -156,8 +156,8 @@ func TestInqReview2CloseWindow(t *testing.T) {
 	heatAhead(t, s, c, stop)
 	sc := serverSide(t, s, c)
 	fd := netpoll.FD(sc)
-	if v, err := unix.GetsockoptInt(fd, unix.SOL_TCP, unix.TCP_INQ); err != nil || v != 1 {
-		t.Fatalf("TCP_INQ while hot: %d, %v, want 1", v, err)
+	if v := tcpInq(t, fd); v != 1 {
+		t.Fatalf("TCP_INQ while hot: %d, want 1", v)
 	}
 	inArm, release := make(chan struct{}), make(chan struct{})
 	fired := false
@@ -221,19 +221,7 @@ func TestInqReview2CloseWindow(t *testing.T) {
 	if !await(stop, func() bool { return closed.Load() == 1 }) {
 		t.Fatal("the connection never closed")
 	}
-	frc, err := r.f.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v int
-	var gerr error
-	if err := frc.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), unix.SOL_TCP, unix.TCP_INQ) }); err != nil {
-		t.Fatal(err)
-	}
-	if gerr != nil {
-		t.Fatal(gerr)
-	}
-	if v != 0 {
+	if v := fileInq(t, r.f); v != 0 {
 		t.Errorf("a File taken from a hot connection as it was closed has TCP_INQ %d, the library's; want 0", v)
 	}
 }

@@ -260,19 +260,7 @@ func inqReviewUserFd(t *testing.T, dispatch, step string) {
 		if !await(stop, func() bool { return closed.Load() == 1 }) {
 			t.Fatal("the connection never closed")
 		}
-		rc, err := f.SyscallConn()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var v int
-		var gerr error
-		if err := rc.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), unix.SOL_TCP, unix.TCP_INQ) }); err != nil {
-			t.Fatal(err)
-		}
-		if gerr != nil {
-			t.Fatal(gerr)
-		}
-		if v != 0 {
+		if v := fileInq(t, f); v != 0 {
 			t.Errorf("the file taken from a hot connection, its Conn closed, has TCP_INQ %d, want 0", v)
 		}
 	}
