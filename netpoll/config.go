@@ -208,7 +208,7 @@ type hotReadKind uint8
 
 const (
 	hotReadOff  hotReadKind = iota
-	hotReadAuto             // while GOMAXPROCS > 1: the default with mode=et, wait=nested and no fixed spin
+	hotReadAuto             // while GOMAXPROCS > 1, or with one P while the gaps are beyond spinning: the default with mode=et, wait=nested and no fixed spin
 	hotReadOn
 )
 
@@ -356,7 +356,7 @@ func (k *knobs) parse(key, v string) error {
 		}
 		i := indexOf(hotReadNames[:], v, nil)
 		if i < 0 {
-			return &ConfigError{key, v, "want auto (the default with mode=et, wait=nested and no fixed spin: on while GOMAXPROCS > 1), on or off"}
+			return &ConfigError{key, v, "want auto (the default with mode=et, wait=nested and no fixed spin: on while GOMAXPROCS > 1, and with one P while the gaps between reads are beyond adaptive spinning), on or off"}
 		}
 		k.hotRead, k.hotReadSet = hotReadKind(i), true
 	case "readahead":
@@ -473,7 +473,10 @@ func (k knobs) experiment() string {
 //	           package net's reads, until it idles through a sweep
 //	           (mode=et, wait=nested only); auto, on while GOMAXPROCS > 1
 //	           (read at each change of state and each sweep), where the
-//	           nested wait's second hop wakes a second thread
+//	           nested wait's second hop wakes a second thread, and with
+//	           one P while the poller's typical idle gap is over twice
+//	           its spin budget (or it has no adaptive spinning), where no
+//	           spin would see the next input
 //	readahead  on (the default with dispatch=hot or loop) or off, for a
 //	           Server: on, a hot connection's goroutine (or the loop,
 //	           before a run) learns whether input is queued with a

@@ -430,8 +430,29 @@ func ConnHot(c *Conn) (hot, waiting bool) {
 }
 
 // ForgetProcs makes hotread=auto read GOMAXPROCS again at its next look,
-// for a test that has just changed it.
-func ForgetProcs() { hotProcs.at.Store(0) }
+// for a test that has just changed it, and hot readers see it now.
+func ForgetProcs() {
+	hotProcs.at.Store(0)
+	hotProcs.n.Store(int32(runtime.GOMAXPROCS(0)))
+}
+
+// SetHotParkBudget makes d every poller's spin budget as hot readers time
+// their parks against it (hotread=auto with one P), until restored.
+func SetHotParkBudget(d time.Duration) (restore func()) {
+	hotParkBudget.Store(int64(d))
+	return func() { hotParkBudget.Store(0) }
+}
+
+// SetSpinFar says, for every poller, whether its typical idle gap is over
+// twice its spin budget (hotread=auto with one P), until restored.
+func SetSpinFar(far bool) (restore func()) {
+	v := int32(-1)
+	if far {
+		v = 1
+	}
+	testSpinFar.Store(v)
+	return func() { testSpinFar.Store(0) }
+}
 
 // HotReadSetting is what hotread c resolves to: off, auto or on.
 func HotReadSetting(c Config) string {

@@ -147,6 +147,17 @@ type hotWait struct {
 	err    error
 	readFn func(fd uintptr) bool
 	cold   atomic.Bool
+
+	// A Conn's under hotread=auto with one P (hotread_linux.go, spinnable):
+	// parkAt, when the reader's read(2) last found EAGAIN (serveClock; 0:
+	// not timing), the reader's; parks and shorts, the parks it timed
+	// since the sweeper's last look and those that ended within twice the
+	// poller's spin budget, added by the reader and taken by the sweeper;
+	// hold, set by the sweeper before it makes the Conn cold for shorts:
+	// it then stays cold through a tick (desc.busy).
+	parkAt        time.Duration
+	parks, shorts atomic.Uint32
+	hold          atomic.Bool
 }
 
 // hotSet is a Server's hot connections and their sweeper.
@@ -805,11 +816,17 @@ func (hs *hotSet) awaitCold() {
 // last sweep: it goes cold. It runs every hotTick while any is hot.
 //
 // connsHot's sweep also makes cold a Conn that read nothing since the
-// last sweep (hotWait.sweepConn), and every hotread=auto Conn once
-// GOMAXPROCS is 1.
+// last sweep (hotWait.sweepConn), and, with GOMAXPROCS 1, a hotread=auto
+// Conn half or more of whose parks since the last sweep ended within twice
+// its poller's spin budget.
 func (hs *hotSet) sweep() {
 	var idle []*hotWait
-	oneP := hs.conns && runtime.GOMAXPROCS(0) == 1
+	oneP := false
+	if hs.conns {
+		n := runtime.GOMAXPROCS(0)
+		hotProcs.n.Store(int32(n)) // for hot readers, which time their parks with one P
+		oneP = n == 1
+	}
 	hs.mu.Lock()
 	for _, h := range hs.list {
 		seq := h.seq.Load()

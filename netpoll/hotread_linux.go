@@ -41,9 +41,24 @@ import (
 // with h.cold set first) and goes cold itself; a connection with no
 // reader is made cold by the sweeper under rd.mu, which it only tries for.
 // Cold again, its registration is whole (EPOLL_CTL_MOD, which reports what
-// is queued by then) and its dup closed. With hotread=auto the sweeper
-// also makes every hot connection cold once GOMAXPROCS is 1, where the
-// nested wait's hop is a cheap hand-off on one thread and spinning pays.
+// is queued by then) and its dup closed.
+//
+// With one P (hotread=auto) the nested wait's hop is a hand-off on one
+// thread, and adaptive spinning wins where the next input comes within
+// the spin budget B (1.3x package net's requests per second, echo at one
+// connection pinned): a spin sees it one epoll_wait(0) after it comes. A
+// hot read leaves the poller nothing to spin for. Where it comes later
+// (an open loop of 2,000 or 10,000 requests a second) no spin finds it,
+// and the hop costs the syscalls of a second wakeup (testdata/issue35/
+// session9). So with one P a connection goes hot only while its poller's
+// typical idle gap is over 2B, where adaptive spinning does not even
+// probe (pollerCounters.spinFar), or while the poller has no adaptive
+// spinning; and a hot reader times its parks (hotWait.parks, shorts): the
+// sweeper makes it cold when half or more of those since its last look
+// ended within 2B (a park holds a wakeup a spin would not pay), and holds
+// it cold through a tick (desc.busy negative), in which its poller sees
+// its wakes again and learns their gaps. With spinning off the connection
+// reads hot whenever busy (B is 0: every park is long).
 //
 // Invariants:
 //   - The reader (rd.mu held) makes the connection hot or cold; the
@@ -67,7 +82,7 @@ var connsHot = hotSet{conns: true}
 
 // hotProcs caches runtime.GOMAXPROCS(0), which takes the scheduler's lock,
 // for at most procsTTL: hotread=auto reads it at each busy wake of a cold
-// connection.
+// connection, and n (stored again by each sweep) at each park of a hot one.
 var hotProcs struct {
 	at atomic.Int64 // serveClock when n was read; 0: never
 	n  atomic.Int32
@@ -94,6 +109,11 @@ func procsAbove1(now time.Duration) bool {
 // parks of WaitRead, a raw Read or a splice stay on the poller, hot or
 // not, and would then pay an EPOLL_CTL_MOD each for a hot read that never
 // comes.
+//
+// With one P under hotread=auto it stays cold while its poller's typical
+// idle gap is within twice its spin budget (not spinFar), and through the
+// hold the sweeper set as it made it cold (d.busy is then the hold's end,
+// negated).
 func (d *desc) woken(dr *dir, size int, parked bool) {
 	if !parked || size == 0 || dr != &d.rd || d.p.hotRead == hotReadOff {
 		return
@@ -103,10 +123,16 @@ func (d *desc) woken(dr *dir, size int, parked bool) {
 	}
 	now := serveClock()
 	last := d.busy
+	if last < 0 { // held cold until -last
+		if now < -last {
+			return
+		}
+		last = 0
+	}
 	d.busy = now
 	switch {
 	case last == 0 || now-last >= hotTick():
-	case d.p.hotRead == hotReadAuto && !procsAbove1(now):
+	case d.p.hotRead == hotReadAuto && !procsAbove1(now) && d.p.auto != nil && !spinFar(d.p):
 	case !d.goHotRead():
 		// Refused (the bound, EMFILE): two wakes in a row again before
 		// it tries again, not every wake of its busy period, each taking
@@ -162,6 +188,9 @@ func (d *desc) goHotRead() bool {
 // registration whole again, then its dup closed.
 func (d *desc) goColdRead(h *hotWait) {
 	d.busy = 0 // two wakes in a row again before it goes hot again
+	if h.hold.Load() {
+		d.busy = -(serveClock() + hotTick()) // spinnable: cold through a tick at least (woken)
+	}
 	d.dropHot()
 	h.f.Close() // nobody is in its RawConn.Read: the reader is us, or (the sweeper) holds none
 	connsHot.remove(h)
@@ -184,7 +213,7 @@ func (d *desc) closeHot() {
 
 // readHot is a plain Read of hot d into b, under rd.mu: b's read(2) runs
 // inside the dup's RawConn.Read, and parks there on EAGAIN. cold: d went
-// cold first (the sweeper, or GOMAXPROCS fell to 1 under auto), and the
+// cold first (the sweeper: idle, or spinnable with one P), and the
 // caller reads cold.
 func (d *desc) readHot(h *hotWait, b []byte) (n int, err error, cold bool) {
 	dr := &d.rd
@@ -221,6 +250,7 @@ func (d *desc) readHot(h *hotWait, b []byte) (n int, err error, cold bool) {
 		h.b = b
 		rerr := h.rc.Read(h.readFn)
 		h.b = nil
+		h.parkAt = 0 // a park a kick or deadline ended is not timed
 		h.seq.Add(1)
 		switch {
 		case rerr == nil:
@@ -255,20 +285,79 @@ func (h *hotWait) read(fd uintptr) bool {
 		case unix.EAGAIN:
 			d.p.st.op(d.fd, cEAGAIN)
 			d.p.st.op(d.fd, cReadParks)
+			if d.p.hotRead == hotReadAuto && hotProcs.n.Load() == 1 {
+				h.parkAt = serveClock()
+			}
 			return false
+		}
+		if h.parkAt != 0 {
+			h.timed(serveClock() - h.parkAt)
+			h.parkAt = 0
 		}
 		h.n, h.err = n, err
 		return true
 	}
 }
 
+// timed counts a park of the reader's that lasted dur, with one P: short
+// if it ended within twice the poller's spin budget, the line past which
+// its typical gap is far (spinFar). A park holds a wakeup, which a spin
+// would not have paid.
+func (h *hotWait) timed(dur time.Duration) {
+	h.parks.Add(1)
+	if dur <= 2*spinBudgetOf(h.d.p) {
+		h.shorts.Add(1)
+	}
+}
+
+// spinBudgetOf is p's adaptive spin budget B as last set (0 with spinning
+// off, or before its first event), or a test's (SetHotParkBudget).
+func spinBudgetOf(p *poller) time.Duration {
+	if b := hotParkBudget.Load(); b != 0 {
+		return time.Duration(b)
+	}
+	return time.Duration(p.st.spinBudget.Load())
+}
+
+// hotParkBudget, when set by a test, stands for every poller's spin budget
+// in hotWait.timed.
+var hotParkBudget atomic.Int64
+
+// spinFar reports whether p's adaptive spinning finds its typical idle gap
+// over twice its budget, where it does not even probe: a wake it could see
+// by spinning is rare. A test's word (SetSpinFar) stands for every poller's.
+func spinFar(p *poller) bool {
+	if f := testSpinFar.Load(); f != 0 {
+		return f > 0
+	}
+	return p.st.spinFar.Load()
+}
+
+// testSpinFar, when set by a test, is every poller's spinFar: > 0 far, < 0
+// near.
+var testSpinFar atomic.Int32
+
+// spinnable reports, for the sweeper with one P, whether half or more of
+// the parks h's reader timed since the last look ended within twice the
+// spin budget (timed), and starts the count again. No park timed: it read without
+// waiting, which a hot read does as package net's.
+func (h *hotWait) spinnable() bool {
+	parks, shorts := h.parks.Swap(0), h.shorts.Swap(0)
+	return parks > 0 && 2*shorts >= parks
+}
+
 // sweepConn is the sweeper's part for a Conn's hot wait h (connsHot):
-// idle since the last sweep (seq unchanged) or, under hotread=auto, with
-// GOMAXPROCS now 1, it goes cold. A reader in the dup's RawConn.Read is
-// kicked and goes cold itself; a connection with no Read in flight is
-// returned, to be made cold by coldIdle, outside the set's lock.
+// idle since the last sweep (seq unchanged) or, under hotread=auto with
+// GOMAXPROCS 1, spinnable (a count every sweep starts again), it goes
+// cold. A reader in the dup's RawConn.Read is kicked and goes cold
+// itself; a connection with no Read in flight is returned, to be made
+// cold by coldIdle, outside the set's lock.
 func (h *hotWait) sweepConn(seq uint32, oneP bool) (idle bool) {
-	if seq == h.seen || (oneP && h.d.p.hotRead == hotReadAuto) {
+	if seq == h.seen {
+		return h.goCold()
+	}
+	if h.d.p.hotRead == hotReadAuto && h.spinnable() && oneP {
+		h.hold.Store(true) // before cold: whoever makes it cold loads it
 		return h.goCold()
 	}
 	return false

@@ -332,28 +332,90 @@ func TestHotReadWriterParks(t *testing.T) {
 	}
 }
 
-// TestHotReadAuto: hotread=auto reads hot only while GOMAXPROCS > 1, and
-// a sweep makes a busy Conn cold once it is 1.
+// TestHotReadAuto: hotread=auto with GOMAXPROCS 1 reads hot only while
+// the poller's typical idle gap is beyond spinning; a sweep makes a busy Conn cold only
+// when half or more of its parks since the last sweep ended within the
+// spin budget, and it stays cold through a tick after that; with
+// GOMAXPROCS 2 it goes hot whatever the gaps.
 func TestHotReadAuto(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	netpoll.ForgetProcs()
 	defer netpoll.ForgetProcs()
+	// The gaps are as the test says (SetSpinFar), and so is the budget
+	// (SetHotParkBudget).
 	g, client, server, expired := hotReadPair(t, "hotread=auto")
-	pingPongParked(t, client, server, 4)
-	if d := netpoll.Counters(g).Total; d.HotEntries != 0 {
-		t.Fatalf("hot entries %d with GOMAXPROCS 1, want 0", d.HotEntries)
+	entries := func(want uint64, what string) {
+		t.Helper()
+		if d := netpoll.Counters(g).Total; d.HotEntries != want {
+			t.Fatalf("%s: hot entries %d, want %d", what, d.HotEntries, want)
+		}
 	}
-	runtime.GOMAXPROCS(2)
-	netpoll.ForgetProcs()
+	// Gaps a spin may see: no hot read, the spins learn them.
+	near := netpoll.SetSpinFar(false)
+	pingPongParked(t, client, server, 4)
+	entries(0, "one P, gaps within spinning")
+	near()
+	// Gaps beyond it: hot on the busy wakes.
+	defer netpoll.SetSpinFar(true)()
 	heatRead(t, client, server)
+	entries(1, "one P, gaps beyond spinning")
+
+	// Every park longer than the budget: no spin would have seen them,
+	// and a sweep leaves the Conn hot.
+	restore := netpoll.SetHotParkBudget(time.Nanosecond)
+	parkHot(t, client, server, expired, 4)
+	netpoll.SweepConnsHot()
+	if hot, _ := netpoll.ConnHot(server); !hot {
+		t.Fatal("a sweep made a Conn cold whose parks were all longer than the spin budget")
+	}
+	restore()
+
+	// Every park within it: the next sweep makes the Conn cold (its
+	// waiting Read kicked), though it is busy.
+	defer netpoll.SetHotParkBudget(time.Hour)()
+	parkHot(t, client, server, expired, 4)
 	res := readAsync(server, 1)
 	awaitHotWait(t, server, expired)
-	runtime.GOMAXPROCS(1)
-	netpoll.SweepConnsHot() // one sweep: it is not idle, but GOMAXPROCS is 1
+	netpoll.SweepConnsHot()
 	awaitColdPark(t, server, expired, "the kicked Read")
 	feed(t, client, "a", res, expired, "the cold Read")
-	if d := netpoll.Counters(g).Total; d.HotEntries != 1 || d.HotExits != 1 {
-		t.Errorf("hot entries %d, exits %d: want 1 and 1", d.HotEntries, d.HotExits)
+	if d := netpoll.Counters(g).Total; d.HotExits != 1 {
+		t.Fatalf("hot exits %d after a sweep of short parks, want 1", d.HotExits)
+	}
+	// Held cold through the tick (an hour here), though the gaps were
+	// far, so that the poller sees the wakes and learns them.
+	pingPongParked(t, client, server, 4)
+	entries(1, "held cold")
+	// Past the hold (the clock a tick on): hot again on two busy wakes.
+	clock := netpoll.SetServeClock(func() time.Duration { return 1 << 62 })
+	pingPongParked(t, client, server, 2)
+	clock()
+	entries(2, "past the hold")
+	parkHot(t, client, server, expired, 1) // hot, waiting on the runtime
+
+	// GOMAXPROCS 2: hot whatever the gaps.
+	res = readAsync(server, 1)
+	awaitHotWait(t, server, expired)
+	netpoll.SweepConnsHot() // the hour's short parks: cold, held
+	awaitColdPark(t, server, expired, "the kicked Read")
+	feed(t, client, "b", res, expired, "the cold Read")
+	runtime.GOMAXPROCS(2)
+	netpoll.ForgetProcs()
+	defer netpoll.SetSpinFar(false)()
+	clock = netpoll.SetServeClock(func() time.Duration { return 1 << 62 })
+	pingPongParked(t, client, server, 2)
+	clock()
+	entries(3, "GOMAXPROCS 2, gaps within spinning")
+}
+
+// parkHot has hot server's Read park n times on the runtime's netpoller,
+// each then woken by a byte of client's.
+func parkHot(t *testing.T, client net.Conn, server *netpoll.Conn, expired <-chan struct{}, n int) {
+	t.Helper()
+	for i := range n {
+		res := readAsync(server, 1)
+		awaitHotWait(t, server, expired)
+		feed(t, client, string(rune('0'+i)), res, expired, "a hot Read")
 	}
 }
 

@@ -73,6 +73,7 @@ type pollerCounters struct {
 	spinNanos  atomic.Uint64                              // adaptive spinning: time spent in spins (pollerStats.SpinTime)
 	blockCost  atomic.Uint64                              // adaptive spinning: median process CPU (ns) of a sampled blocked idle period
 	spinBudget atomic.Uint64                              // adaptive spinning: the budget (ns) of its latest idle moment
+	spinFar    atomic.Bool                                // adaptive spinning: its typical idle gap is over twice its budget, where it does not even probe (hotread=auto with one P)
 }
 
 // opStripes is how many stripes a poller's operation counters are split

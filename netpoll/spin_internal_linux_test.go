@@ -179,14 +179,22 @@ func checkBound(t *testing.T, a *autoSpin, r simResult) {
 }
 
 // Traffic that changes: back to back, then sparse, then back to back. The
-// policy stops spinning within a few missed spins and starts again.
+// policy stops spinning within a few missed spins and starts again, and
+// says whether the traffic is beyond it to hotread=auto (spinFar: the
+// typical gap over 2B; each run has counters of its own, false at first).
 func TestAutoSpinFollowsTraffic(t *testing.T) {
 	a := newSimPolicy(t)
-	simulate(t, a, repeat(3*time.Microsecond, 500))
+	r := simulate(t, a, repeat(3*time.Microsecond, 500))
 	if a.hitRate < autoSpinOne/2 {
 		t.Fatalf("p = %d/256 after back-to-back traffic, want >= 1/2", a.hitRate)
 	}
-	r := simulate(t, a, repeat(200*time.Microsecond, 800))
+	if r.st.spinFar.Load() {
+		t.Error("spinFar after back-to-back traffic")
+	}
+	r = simulate(t, a, repeat(200*time.Microsecond, 800))
+	if !r.st.spinFar.Load() {
+		t.Errorf("not spinFar after sparse traffic (typical gap %v, budget %v)", a.gap, a.budget)
+	}
 	// From p near 1 to below 3/8 takes 8 misses at weight 1/8.
 	if r.gaveUp > 8+r.periods/autoSpinProbe+1 || r.found != 0 {
 		t.Errorf("sparse traffic: %d spins gave up, %d found in %d periods; want it to stop after 8", r.gaveUp, r.found, r.periods)
@@ -195,6 +203,11 @@ func TestAutoSpinFollowsTraffic(t *testing.T) {
 	r = simulate(t, a, repeat(3*time.Microsecond, 500))
 	if r.found < r.periods-10*autoSpinProbe {
 		t.Errorf("back-to-back again: found %d in %d periods", r.found, r.periods)
+	}
+	// Far at its first events (the typical gap of the sparse traffic),
+	// near again once the average has come down.
+	if r.st.spinFar.Load() {
+		t.Errorf("spinFar after back-to-back traffic again (typical gap %v, budget %v)", a.gap, a.budget)
 	}
 }
 

@@ -239,6 +239,10 @@ func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 		if b := uint64(a.budget); st.spinBudget.Load() != b {
 			st.spinBudget.Store(b) // for Stats; written by this loop only
 		}
+		if far := a.gap > 2*a.budget; st.spinFar.Load() != far {
+			// On change: hotread=auto with one P reads it (desc.woken).
+			st.spinFar.Store(far)
+		}
 		a.observed = false
 		if a.phase != phaseBusy {
 			a.sample = false

@@ -53,7 +53,7 @@ func (f *Flags) Register(fs *flag.FlagSet, defaultAddr string) {
 	fs.StringVar(&f.Wait, "wait", "default", `netpoll wait strategy: nested, block, inline or "default" (nested; block with -sharing exclusive)`)
 	fs.StringVar(&f.ShortRead, "shortread", "default", `netpoll: skip the syscall that would return EAGAIN after a short read or write: on, off, or "default" (the library's: on)`)
 	fs.StringVar(&f.Dispatch, "dispatch", "default", `netpoll.Server: run a handler on a goroutine that keeps a busy connection, waiting on the runtime's netpoller ("hot", the default with mode et), on the goroutine that polled ("inline"), one after another on the poller's own thread with a watchdog ("loop", with wait block), or on a goroutine of its own per call ("go")`)
-	fs.StringVar(&f.HotRead, "hotread", "default", `netpoll: a busy connection's reads wait on the runtime's netpoller through a dup of its fd: on, off, auto (on while GOMAXPROCS > 1), or "default" (auto with mode et, wait nested and no fixed spin; else off)`)
+	fs.StringVar(&f.HotRead, "hotread", "default", `netpoll: a busy connection's reads wait on the runtime's netpoller through a dup of its fd: on, off, auto (on while GOMAXPROCS > 1, and with one P while the gaps between reads are beyond adaptive spinning), or "default" (auto with mode et, wait nested and no fixed spin; else off)`)
 	fs.StringVar(&f.ReadAhead, "readahead", "default", `netpoll.Server: a hot connection's goroutine reads its next input ahead for the handler ("on", the default with dispatch hot) or polls for it ("off")`)
 	fs.StringVar(&f.Network, "net", "tcp", "network: tcp, tcp4, tcp6 or unix")
 	fs.StringVar(&f.Addr, "addr", defaultAddr, "address to listen on")
