@@ -39,13 +39,20 @@ type simResult struct {
 func simulate(t *testing.T, a *autoSpin, gaps []time.Duration) simResult {
 	t.Helper()
 	var st pollerCounters
-	r := simResult{st: &st}
+	return simulateOn(t, a, &st, gaps)
+}
+
+// simulateOn is simulate with the poller's counters st, which a caller
+// may keep from one run to the next, as a poller does.
+func simulateOn(t *testing.T, a *autoSpin, st *pollerCounters, gaps []time.Duration) simResult {
+	t.Helper()
+	r := simResult{st: st}
 	now := time.Duration(0)
 	for i, gap := range gaps {
 		last := i == len(gaps)-1
 		event := now + gap
 		empty := 0 // polls in this idle period that found nothing
-		for again := a.next(1, now, &st); again; again = a.next(0, now, &st) {
+		for again := a.next(1, now, st); again; again = a.next(0, now, st) {
 			now += simPollCost
 			if now >= event && !last {
 				break // this poll sees the next event
