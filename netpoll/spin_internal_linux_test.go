@@ -42,12 +42,17 @@ func simulate(t *testing.T, a *autoSpin, gaps []time.Duration) simResult {
 	return simulateOn(t, a, &st, gaps)
 }
 
+// simEnd is where each policy's last simulated run stopped: its clock,
+// which the next run on it continues (monoNow does not go back).
+var simEnd = map[*autoSpin]time.Duration{}
+
 // simulateOn is simulate with the poller's counters st, which a caller
 // may keep from one run to the next, as a poller does.
 func simulateOn(t *testing.T, a *autoSpin, st *pollerCounters, gaps []time.Duration) simResult {
 	t.Helper()
 	r := simResult{st: st}
-	now := time.Duration(0)
+	now := simEnd[a] // a policy run before goes on from where it stopped: its idle period began then
+	defer func() { simEnd[a] = now }()
 	for i, gap := range gaps {
 		last := i == len(gaps)-1
 		event := now + gap
@@ -102,6 +107,7 @@ func newSimPolicy(t *testing.T) *autoSpin {
 	a.idleStart = 0
 	a.budget = autoBudget(simW, 0, 0)
 	t.Cleanup(a.release)
+	t.Cleanup(func() { delete(simEnd, a) })
 	return a
 }
 
