@@ -4,6 +4,7 @@ import (
 	"net"
 	"runtime"
 	"sync"
+	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -443,6 +444,27 @@ func SetHotParkBudget(d time.Duration) (restore func()) {
 	return func() { hotParkBudget.Store(0) }
 }
 
+// HotParks is what c's hot reader has timed since the sweeper's last look
+// (hotread=auto with one P): its parks, and those within twice the spin
+// budget; 0, 0 while c is cold.
+func HotParks(c *Conn) (parks, shorts uint32) {
+	h := c.d.hotw.Load()
+	if h == nil {
+		return 0, 0
+	}
+	return h.parks.Load(), h.shorts.Load()
+}
+
+// HotTimed times one park of dur on a hot wait of its own whose poller's
+// spin budget is budget (hotWait.timed), and returns what it counted.
+func HotTimed(budget, dur time.Duration) (parks, shorts uint32) {
+	p := &poller{}
+	p.st.spinBudget.Store(uint64(budget))
+	h := &hotWait{d: &desc{p: p}}
+	h.timed(dur)
+	return h.parks.Load(), h.shorts.Load()
+}
+
 // SetSpinFar says, for every poller, whether its typical idle gap is over
 // twice its spin budget (hotread=auto with one P), until restored.
 func SetSpinFar(far bool) (restore func()) {
@@ -559,3 +581,18 @@ const ReadAheadSize = readAheadSize
 // PollerWoken returns the operations c's poller has woken, which it
 // counts after the batch that woke them: a woken Read may return first.
 func PollerWoken(c any) uint64 { return descOf(c).p.stats().Woken }
+
+// SpinFarRuns runs one simulated adaptive spinning policy
+// (spin_internal_linux_test.go) through each run of gaps in turn, one
+// poller's counters throughout, and returns its spinFar after each.
+func SpinFarRuns(t *testing.T, runs ...[]time.Duration) []bool {
+	t.Helper()
+	a := newSimPolicy(t)
+	var st pollerCounters
+	far := make([]bool, len(runs))
+	for i, gaps := range runs {
+		simulateOn(t, a, &st, gaps)
+		far[i] = st.spinFar.Load()
+	}
+	return far
+}

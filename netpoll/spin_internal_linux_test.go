@@ -39,13 +39,25 @@ type simResult struct {
 func simulate(t *testing.T, a *autoSpin, gaps []time.Duration) simResult {
 	t.Helper()
 	var st pollerCounters
-	r := simResult{st: &st}
-	now := time.Duration(0)
+	return simulateOn(t, a, &st, gaps)
+}
+
+// simEnd is where each policy's last simulated run stopped: its clock,
+// which the next run on it continues (monoNow does not go back).
+var simEnd = map[*autoSpin]time.Duration{}
+
+// simulateOn is simulate with the poller's counters st, which a caller
+// may keep from one run to the next, as a poller does.
+func simulateOn(t *testing.T, a *autoSpin, st *pollerCounters, gaps []time.Duration) simResult {
+	t.Helper()
+	r := simResult{st: st}
+	now := simEnd[a] // a policy run before goes on from where it stopped: its idle period began then
+	defer func() { simEnd[a] = now }()
 	for i, gap := range gaps {
 		last := i == len(gaps)-1
 		event := now + gap
 		empty := 0 // polls in this idle period that found nothing
-		for again := a.next(1, now, &st); again; again = a.next(0, now, &st) {
+		for again := a.next(1, now, st); again; again = a.next(0, now, st) {
 			now += simPollCost
 			if now >= event && !last {
 				break // this poll sees the next event
@@ -95,6 +107,7 @@ func newSimPolicy(t *testing.T) *autoSpin {
 	a.idleStart = 0
 	a.budget = autoBudget(simW, 0, 0)
 	t.Cleanup(a.release)
+	t.Cleanup(func() { delete(simEnd, a) })
 	return a
 }
 
