@@ -452,7 +452,7 @@ func HotParks(c *Conn) (parks, shorts uint32) {
 	if h == nil {
 		return 0, 0
 	}
-	return h.parks.Load(), h.shorts.Load()
+	return parksOf(h.timedParks.Load())
 }
 
 // HotTimed times one park of dur on a hot wait of its own whose poller's
@@ -462,7 +462,7 @@ func HotTimed(budget, dur time.Duration) (parks, shorts uint32) {
 	p.st.spinBudget.Store(uint64(budget))
 	h := &hotWait{d: &desc{p: p}}
 	h.timed(dur)
-	return h.parks.Load(), h.shorts.Load()
+	return parksOf(h.timedParks.Load())
 }
 
 // SetSpinFar says, for every poller, whether its typical idle gap is over

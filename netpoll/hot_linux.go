@@ -149,15 +149,17 @@ type hotWait struct {
 	cold   atomic.Bool
 
 	// A Conn's under hotread=auto with one P (hotread_linux.go, spinnable):
-	// parkAt, when the reader's read(2) last found EAGAIN (serveClock; 0:
-	// not timing), the reader's; parks and shorts, the parks it timed
-	// since the sweeper's last look and those that ended within twice the
-	// poller's spin budget, added by the reader and taken by the sweeper;
-	// hold, set by the sweeper before it makes the Conn cold for shorts:
-	// it then stays cold through a tick (desc.busy).
-	parkAt        time.Duration
-	parks, shorts atomic.Uint32
-	hold          atomic.Bool
+	// parkAt, when the reader's read(2) first found EAGAIN in the wait
+	// under way (serveClock; 0: not timing), the reader's; timedParks, the
+	// parks it timed since the sweeper's last look (the high 32 bits) and
+	// those that ended within twice the poller's spin budget (the low),
+	// one word so that the sweeper takes both at once: added by the reader
+	// and swapped by the sweeper; hold, set by the sweeper before it makes
+	// the Conn cold for shorts: it then stays cold through a tick
+	// (desc.busy).
+	parkAt     time.Duration
+	timedParks atomic.Uint64
+	hold       atomic.Bool
 }
 
 // hotSet is a Server's hot connections and their sweeper.

@@ -52,8 +52,8 @@ import (
 // and the hop costs the syscalls of a second wakeup (testdata/issue35/
 // session9). So with one P a connection goes hot only while its poller's
 // typical idle gap is over 2B, where adaptive spinning does not even
-// probe (pollerCounters.spinFar), or while the poller has no adaptive
-// spinning; and a hot reader times its parks (hotWait.parks, shorts): the
+// probe (pollerCounters.spinFar), or while the poller does not spin (a
+// fixed budget, asked for, keeps it cold); and a hot reader times its parks (hotWait.parks, shorts): the
 // sweeper makes it cold when half or more of those since its last look
 // ended within 2B (a park holds a wakeup a spin would not pay), and holds
 // it cold through a tick (desc.busy negative), in which its poller sees
@@ -111,9 +111,10 @@ func procsAbove1(now time.Duration) bool {
 // comes.
 //
 // With one P under hotread=auto it stays cold while its poller's typical
-// idle gap is within twice its spin budget (not spinFar), and through the
-// hold the sweeper set as it made it cold (d.busy is then the hold's end,
-// negated).
+// idle gap is within twice its spin budget (not spinFar), or its poller
+// spins with a fixed budget (hotread=auto set with spin=<duration>: the
+// spins asked for see its wakes), and through the hold the sweeper set as
+// it made it cold (d.busy is then the hold's end, negated).
 func (d *desc) woken(dr *dir, size int, parked bool) {
 	if !parked || size == 0 || dr != &d.rd || d.p.hotRead == hotReadOff {
 		return
@@ -132,7 +133,7 @@ func (d *desc) woken(dr *dir, size int, parked bool) {
 	d.busy = now
 	switch {
 	case last == 0 || now-last >= hotTick():
-	case d.p.hotRead == hotReadAuto && !procsAbove1(now) && d.p.auto != nil && !spinFar(d.p):
+	case d.p.hotRead == hotReadAuto && !procsAbove1(now) && (d.p.spin != 0 || d.p.auto != nil && !spinFar(d.p)):
 	case !d.goHotRead():
 		// Refused (the bound, EMFILE): two wakes in a row again before
 		// it tries again, not every wake of its busy period, each taking
@@ -285,8 +286,8 @@ func (h *hotWait) read(fd uintptr) bool {
 		case unix.EAGAIN:
 			d.p.st.op(d.fd, cEAGAIN)
 			d.p.st.op(d.fd, cReadParks)
-			if d.p.hotRead == hotReadAuto && hotProcs.n.Load() == 1 {
-				h.parkAt = serveClock()
+			if h.parkAt == 0 && d.p.hotRead == hotReadAuto && hotProcs.n.Load() == 1 {
+				h.parkAt = serveClock() // kept through a wakeup that finds nothing
 			}
 			return false
 		}
@@ -304,11 +305,15 @@ func (h *hotWait) read(fd uintptr) bool {
 // its typical gap is far (spinFar). A park holds a wakeup, which a spin
 // would not have paid.
 func (h *hotWait) timed(dur time.Duration) {
-	h.parks.Add(1)
+	n := uint64(1) << 32
 	if dur <= 2*spinBudgetOf(h.d.p) {
-		h.shorts.Add(1)
+		n++
 	}
+	h.timedParks.Add(n)
 }
+
+// parksOf splits a timedParks word: the parks timed, and the short ones.
+func parksOf(v uint64) (parks, shorts uint32) { return uint32(v >> 32), uint32(v) }
 
 // spinBudgetOf is p's adaptive spin budget B as last set (0 with spinning
 // off, or before its first event), or a test's (SetHotParkBudget).
@@ -342,7 +347,7 @@ var testSpinFar atomic.Int32
 // spin budget (timed), and starts the count again. No park timed: it read without
 // waiting, which a hot read does as package net's.
 func (h *hotWait) spinnable() bool {
-	parks, shorts := h.parks.Swap(0), h.shorts.Swap(0)
+	parks, shorts := parksOf(h.timedParks.Swap(0))
 	return parks > 0 && 2*shorts >= parks
 }
 

@@ -408,6 +408,24 @@ func TestHotReadAuto(t *testing.T) {
 	entries(3, "GOMAXPROCS 2, gaps within spinning")
 }
 
+// TestHotReadAutoFixedSpin: hotread=auto set beside a fixed spin budget
+// reads cold with one P, however far the gaps: the spins asked for see the
+// wakes. With two Ps it reads hot.
+func TestHotReadAutoFixedSpin(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	netpoll.ForgetProcs()
+	defer netpoll.ForgetProcs()
+	defer netpoll.SetSpinFar(true)()
+	g, client, server, _ := hotReadPair(t, "hotread=auto,spin=20us")
+	pingPongParked(t, client, server, 4)
+	if d := netpoll.Counters(g).Total; d.HotEntries != 0 {
+		t.Fatalf("hot entries %d with one P and a fixed spin budget, want 0", d.HotEntries)
+	}
+	runtime.GOMAXPROCS(2)
+	netpoll.ForgetProcs()
+	heatRead(t, client, server)
+}
+
 // parkHot has hot server's Read park n times on the runtime's netpoller,
 // each then woken by a byte of client's.
 func parkHot(t *testing.T, client net.Conn, server *netpoll.Conn, expired <-chan struct{}, n int) {
