@@ -53,11 +53,12 @@ import (
 // session9). So with one P a connection goes hot only while its poller's
 // typical idle gap is over 2B, where adaptive spinning does not even
 // probe (pollerCounters.spinFar), or while the poller does not spin (a
-// fixed budget, asked for, keeps it cold); and a hot reader times its parks (hotWait.parks, shorts): the
-// sweeper makes it cold when half or more of those since its last look
-// ended within 2B (a park holds a wakeup a spin would not pay), and holds
-// it cold through a tick (desc.busy negative), in which its poller sees
-// its wakes again and learns their gaps. With spinning off the connection
+// fixed budget, asked for, keeps it cold, and a sweep with one P makes it
+// so); and a hot reader times its parks (hotWait.timedParks): the sweeper
+// makes it cold when half or more of those since its last look ended
+// within 2B (a park holds a wakeup a spin would not pay), and holds it
+// cold through a tick (desc.busy negative), in which its poller sees its
+// wakes again and learns their gaps. With spinning off the connection
 // reads hot whenever busy (B is 0: every park is long).
 //
 // Invariants:
@@ -361,7 +362,8 @@ func (h *hotWait) sweepConn(seq uint32, oneP bool) (idle bool) {
 	if seq == h.seen {
 		return h.goCold()
 	}
-	if h.d.p.hotRead == hotReadAuto && h.spinnable() && oneP {
+	// spinnable first: every sweep starts the count again.
+	if h.d.p.hotRead == hotReadAuto && (h.spinnable() || h.d.p.spin != 0) && oneP {
 		h.hold.Store(true) // before cold: whoever makes it cold loads it
 		return h.goCold()
 	}

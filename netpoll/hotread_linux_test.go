@@ -410,13 +410,14 @@ func TestHotReadAuto(t *testing.T) {
 
 // TestHotReadAutoFixedSpin: hotread=auto set beside a fixed spin budget
 // reads cold with one P, however far the gaps: the spins asked for see the
-// wakes. With two Ps it reads hot.
+// wakes. With two Ps it reads hot, and a sweep with one P again makes it
+// cold.
 func TestHotReadAutoFixedSpin(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	netpoll.ForgetProcs()
 	defer netpoll.ForgetProcs()
 	defer netpoll.SetSpinFar(true)()
-	g, client, server, _ := hotReadPair(t, "hotread=auto,spin=20us")
+	g, client, server, expired := hotReadPair(t, "hotread=auto,spin=20us")
 	pingPongParked(t, client, server, 4)
 	if d := netpoll.Counters(g).Total; d.HotEntries != 0 {
 		t.Fatalf("hot entries %d with one P and a fixed spin budget, want 0", d.HotEntries)
@@ -424,6 +425,14 @@ func TestHotReadAutoFixedSpin(t *testing.T) {
 	runtime.GOMAXPROCS(2)
 	netpoll.ForgetProcs()
 	heatRead(t, client, server)
+	// Back to one P: the next sweep makes it cold, its parks untimed.
+	res := readAsync(server, 1)
+	awaitHotWait(t, server, expired)
+	runtime.GOMAXPROCS(1)
+	netpoll.ForgetProcs()
+	netpoll.SweepConnsHot()
+	awaitColdPark(t, server, expired, "the kicked Read")
+	feed(t, client, "a", res, expired, "the cold Read")
 }
 
 // parkHot has hot server's Read park n times on the runtime's netpoller,
