@@ -18,12 +18,12 @@ import (
 // The code before a change, measured in the same run (-before REF): the
 // configuration "before" is netpoll's default (defaultCfg) served by
 // cmd/echoserver built from the commit REF names, and "before-NAME" is
-// echoserver's configuration NAME served so. They join the cells and the
-// idle experiment their counterparts join, but net/http's, the sweep's and
-// the quota cell's, so each round measures both in a random order and the
-// verdict pairs them within rounds as it pairs any configuration with
-// package net (judgeCell): the change's cost, with the host's drift
-// between rounds cancelled.
+// echoserver's configuration NAME served so. They join the cells, the
+// open-loop sweep (swept) and the idle experiment their counterparts
+// join, but net/http's and the quota cell's, so each round measures both
+// in a random order and the verdict pairs them within rounds as it pairs
+// any configuration with package net (judgeCell): the change's cost, with
+// the host's drift between rounds cancelled.
 
 // beforeBin is the binary of the before configurations.
 const beforeBin = "echoserver-before"

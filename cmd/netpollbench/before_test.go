@@ -49,21 +49,34 @@ func TestBeforeConfigs(t *testing.T) {
 	has := func(ss []server) bool {
 		return slices.ContainsFunc(ss, func(s server) bool { return s.name == "before" })
 	}
-	echo := 0
+	echo, open := 0, 0
 	for _, cp := range p.cells {
 		closedEcho := cp.kind == kindLoad && !cp.http() && cp.rate == 0 && cp.quota == 0 && cp.blocked == 0
+		openLoop := cp.kind == kindLoad && cp.rate > 0
 		if cp.kind == kindIdle || cp.kind == kindHerd {
 			continue
 		}
-		if has(cp.srvs) != closedEcho {
-			t.Errorf("before in %s: %v, want %v", cp.short(), has(cp.srvs), closedEcho)
+		if has(cp.srvs) != (closedEcho || openLoop) {
+			t.Errorf("before in %s: %v, want %v", cp.short(), has(cp.srvs), closedEcho || openLoop)
 		}
 		if closedEcho {
 			echo++
 		}
+		if openLoop {
+			open++
+		}
 	}
 	if echo != 4 {
 		t.Errorf("%d closed echo cells, want 4 (1 and 50 conns, pinned and unpinned)", echo)
+	}
+	if open != 2 {
+		t.Errorf("%d open-loop cells, want 2 (the sweep's rates, 2000 and 10000)", open)
+	}
+	// A before configuration joins the sweep when its counterpart does.
+	for name, want := range map[string]bool{"before": true, "before-ondemand": true, "before-waitread": false, "waitread": false} {
+		if swept(name) != want {
+			t.Errorf("swept(%q) = %v, want %v", name, swept(name), want)
+		}
 	}
 	if idle := idleCell(p); idle == nil || !has(idle.srvs) {
 		t.Errorf("before is not in the idle experiment: %v", idle)

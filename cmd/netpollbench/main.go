@@ -222,7 +222,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.IntVar(&o.idle, "idle", 18000, "idle connections held open to measure each server's resident memory per connection, echo and "+
 		"net/http ("+strings.Join(httpIdleConfigs, ", ")+" among the -http configurations); 0 skips them")
 	fs.StringVar(&o.before, "before", "", "a git commit `REF`: also run the configuration before, "+defaultCfg+" served by cmd/echoserver built from REF, "+
-		"in the echo cells and the idle experiment, paired with "+defaultCfg+" within rounds (before-NAME in -configs serves echoserver's NAME so)")
+		"in the echo cells, the open-loop sweep and the idle experiment, paired with "+defaultCfg+" within rounds (before-NAME in -configs serves echoserver's NAME so)")
 	fs.Uint64Var(&o.seed, "seed", 0, "seed of the order within rounds (default: from the clock; raw.txt records it)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err

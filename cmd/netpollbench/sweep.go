@@ -23,6 +23,16 @@ import (
 // the run has: the profile's rows (profileConfigs) among them.
 var sweepConfigs = []string{"net", "et", "inline", "auto", "auto-cold", "auto-inline", "spin", "ondemand", "ondemand-poll", "ondemand-role", "ondemand-loop", "gnet", "c", "rt-none", profileCfg}
 
+// swept reports whether the sweep measures the configuration name: one
+// of sweepConfigs, or the before configuration of one (-before), so that
+// the open loops pair the code before with the code as it is too.
+func swept(name string) bool {
+	if base, ok := beforeBase(name); ok {
+		name = base
+	}
+	return slices.Contains(sweepConfigs, name)
+}
+
 // sweepShape is the sweep's load apart from the rate.
 var sweepShape = cell{conns: 1, size: 64}
 
@@ -49,7 +59,7 @@ func sweepOf(p *plan) *sweep {
 		}
 		sw.cells = append(sw.cells, cp)
 		for _, s := range cp.srvs {
-			if slices.Contains(sweepConfigs, s.name) && !slices.ContainsFunc(sw.srvs, func(x server) bool { return x.name == s.name }) {
+			if swept(s.name) && !slices.ContainsFunc(sw.srvs, func(x server) bool { return x.name == s.name }) {
 				sw.srvs = append(sw.srvs, s)
 			}
 		}
@@ -117,7 +127,7 @@ func rateLabel(rate float64) string {
 // closed cell of the same shape, added for the sweep's configurations when
 // the plan lacks it. Every cell of the sweep is marked so (cellPlan.sweep).
 func planSweep(p *plan, o *options, srvs []server) {
-	ss := keep(srvs, func(s server) bool { return slices.Contains(sweepConfigs, s.name) })
+	ss := keep(srvs, func(s server) bool { return swept(s.name) })
 	if len(ss) == 0 {
 		p.notes = append(p.notes, fmt.Sprintf("Sweep skipped: none of %s among the configurations.", strings.Join(sweepConfigs, ", ")))
 		return
@@ -184,7 +194,7 @@ func renderSweep(ctx context.Context, root, dir string, t *table, sw *sweep) (st
 	fmt.Fprintf(&b, "with queues its requests: its latency is then the queue's and grows with -duration (the plots say saturated).\n")
 	fmt.Fprintf(&b, "Columns compare with the first (%s). Raw: %s\n", sw.srvs[0].name, sweepFile)
 	for _, s := range t.skipped {
-		if name, _, _ := strings.Cut(s, ":"); slices.Contains(sweepConfigs, name) {
+		if name, _, _ := strings.Cut(s, ":"); swept(name) {
 			fmt.Fprintf(&b, "Skipped %s\n", s)
 		}
 	}
