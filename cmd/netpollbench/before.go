@@ -238,20 +238,24 @@ type beforePair struct {
 
 // judgeBefore pairs cfg with its before configuration in series (cfg ->
 // unit -> by round) of a cell decided on m, one sample each if one; nil
-// when the cell has no such pair.
+// when the cell has no such pair. A cell of one round decided on memory
+// is the idle experiment's; any other (a run of -rounds 1) still pairs
+// CPU per request and req/s, from their one sample.
 func judgeBefore(series map[string]map[string][]float64, cfg string, m measure, one bool) *beforePair {
 	b := beforeName(cfg)
 	if b == "" || series[b] == nil || series[cfg] == nil {
 		return nil
 	}
-	if one {
+	if one && m.unit == byMemory.unit {
 		c := compare(series[cfg][m.unit], series[b][m.unit])
 		c.oneSample = true
 		return &beforePair{before: b, mem: &c}
 	}
-	return &beforePair{before: b,
+	p := &beforePair{before: b,
 		cpu:  compare(series[cfg][byCPU.unit], series[b][byCPU.unit]),
 		rate: compare(series[cfg][byThroughput.unit], series[b][byThroughput.unit])}
+	p.cpu.oneSample, p.rate.oneSample = one, one
+	return p
 }
 
 // beforeCounts is the verdict of cfg against its before configuration on

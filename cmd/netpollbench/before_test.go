@@ -3,6 +3,7 @@ package main
 import (
 	"archive/tar"
 	"bytes"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -178,6 +179,43 @@ func TestBeforeVerdict(t *testing.T) {
 	}
 	if w := wideLines(text, summaryWidth); len(w) > 0 {
 		t.Errorf("lines over %d columns: %q", summaryWidth, w)
+	}
+}
+
+// TestBeforeOneRound: in a run of one round (-rounds 1) an echo cell and
+// an open-loop cell still pair CPU per request and req/s against before,
+// one sample each, and only the idle experiment pairs memory.
+func TestBeforeOneRound(t *testing.T) {
+	srvs := mustServers(t, "net", "auto", "before")
+	echo := &cellPlan{cell: cell{conns: 1, size: 64}, srvs: srvs, rounds: 1}
+	open := &cellPlan{cell: cell{conns: 1, size: 64, rate: 2000}, srvs: srvs, rounds: 1}
+	tb := &table{plan: &plan{cells: []*cellPlan{echo, open}}}
+	for _, cp := range []*cellPlan{echo, open} {
+		for cfg, cpu := range map[string]float64{"net": 8e3, "auto": 7.2e3, "before": 8e3} {
+			addResult(tb, cp, cfg, 1, map[string]float64{"ns/op": 10e3, "server-cpu-ns/op": cpu, "client-cpu-ns/op": 5e3})
+		}
+	}
+	tb.calStart = calibration{cpu: "Test CPU", ncpu: 2, kernel: "6.18", toolVer: "go1.26.8", syscallNs: 150, sameCoreUs: 6, crossCoreUs: 40}
+	tb.calEnd = tb.calStart
+	tb.before = beforeCommit{ref: "HEAD~1", rev: "0123456789abcdef0123456789abcdef01234567"}
+	vs := judge(tb, 2)
+	for _, v := range vs {
+		p := v.row("auto").vsBefore
+		if p == nil || p.mem != nil || p.cpu.n != 1 || !p.cpu.oneSample || math.Abs(p.cpu.geo-0.9) > 1e-9 {
+			t.Fatalf("%s: auto against before %+v; want CPU/req 0.90x from one sample, no memory", v.cp.short(), p)
+		}
+	}
+	text := writeSummary(tb, summaryBlocks(tb, vs), nil, nil)
+	if strings.Contains(text, "KiB/conn as-is against") {
+		t.Errorf("a one-round echo cell reads as memory:\n%s", text)
+	}
+	for _, want := range []string{
+		`(?m)^  echo, 1 conn +auto +0\.90x \(1 sample\)`,
+		`(?m)^  open loop 2000/s +auto +0\.90x \(1 sample\)`,
+	} {
+		if !regexp.MustCompile(want).MatchString(text) {
+			t.Errorf("summary lacks %s:\n%s", want, text)
+		}
 	}
 }
 
