@@ -475,8 +475,9 @@ func (k knobs) experiment() string {
 //	           (read at each change of state and each sweep), where the
 //	           nested wait's second hop wakes a second thread, and with
 //	           one P while the poller's typical idle gap is over twice
-//	           its spin budget (or it has no adaptive spinning), where no
-//	           spin would see the next input
+//	           its spin budget (or it does not spin; set beside a fixed
+//	           spin budget it stays cold), where no spin would see the
+//	           next input
 //	readahead  on (the default with dispatch=hot or loop) or off, for a
 //	           Server: on, a hot connection's goroutine (or the loop,
 //	           before a run) learns whether input is queued with a

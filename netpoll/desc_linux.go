@@ -251,7 +251,9 @@ type desc struct {
 	hotw atomic.Pointer[hotWait]
 	// busy is, from serveClock, when a Server's handler last returned to
 	// a hand-off, or when a Conn's last read park was woken; 0 before. The
-	// next within hotTick makes the connection hot. The owner's.
+	// next within hotTick makes the connection hot. The owner's (a Conn's:
+	// under rd.mu). A Conn's is negative while it is held cold, the
+	// hold's end negated (hotread=auto with one P: goColdRead, woken).
 	busy time.Duration
 
 	// armMu serializes the EPOLL_CTL_MOD calls of a oneShot or

@@ -239,7 +239,7 @@ func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 		if b := uint64(a.budget); st.spinBudget.Load() != b {
 			st.spinBudget.Store(b) // for Stats; written by this loop only
 		}
-		if far := a.gap > 2*a.budget; st.spinFar.Load() != far {
+		if far := a.far(); st.spinFar.Load() != far {
 			// On change: hotread=auto with one P reads it (desc.woken).
 			st.spinFar.Store(far)
 		}
@@ -298,6 +298,12 @@ func (a *autoSpin) next(n int, now time.Duration, st *pollerCounters) bool {
 	return false // phaseBlock: a wakeup with nothing to do
 }
 
+// far reports whether the typical idle gap is over twice the budget: a
+// spin would rarely see the next event, and the policy does not even
+// probe (wantSpin), nor, with one P, keep a busy Conn's reads off the
+// runtime's netpoller (pollerCounters.spinFar, desc.woken).
+func (a *autoSpin) far() bool { return a.gap > 2*a.budget }
+
 // wantSpin decides, at an idle moment, whether to spin through it. A spin
 // the CPU quota gate refuses (quota_linux.go) is counted and not made.
 func (a *autoSpin) wantSpin(now time.Duration, st *pollerCounters) bool {
@@ -316,7 +322,7 @@ func (a *autoSpin) wantSpin(now time.Duration, st *pollerCounters) bool {
 		spin = false
 	}
 	a.probing = false
-	if !spin && a.gap <= 2*a.budget {
+	if !spin && !a.far() {
 		a.probe++
 		spin = a.probe%autoSpinProbe == 0
 		a.probing = spin
