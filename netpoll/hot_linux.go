@@ -569,11 +569,14 @@ func (sc *serverConn) goCold(h *hotWait) {
 		d.rd.mu.Unlock()
 	}
 	h.close()
-	s.hot.remove(h) // after the close: a Server with nothing hot holds no dup
+	// The period's counts before it leaves the set: whoever sees it gone
+	// (Server.Close's awaitCold, a Stats reader watching the hot count)
+	// sees them too.
 	s.stats.hotExits.Add(1)
 	s.stats.hotCalls.Add(h.calls) // once per hot period, not per request
 	s.stats.readAheads.Add(h.aheads)
 	s.stats.hotSkips.Add(h.skips)
+	s.hot.remove(h) // after the close: a Server with nothing hot holds no dup
 }
 
 // setInq turns TCP_INQ on for h's reads ahead, with the descriptor's
