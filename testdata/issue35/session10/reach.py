@@ -12,7 +12,17 @@ measured geometric mean is <= 1.0, with probability Phi(-ln(r)/se)
 of every run given: the product. Printed: that probability for a few r,
 and the r at which it reaches 50% and 80%.
 
-usage: reach.py [-cfg NAME] RUNDIR... (NAME: ondemand by default)"""
+With -rounds N it assumes each run had N rounds with the same per-round
+spread (se scaled by sqrt(n/N)): what the target needs with longer runs.
+
+Caveats: at r = 1.0 every cell passes with probability 1/2 whatever the
+spread, so P there is 0.5 to the number of cells. The product treats the
+cells as independent; a shift shared by a run's cells (the host's speed)
+would correlate them and make passing every cell more likely than the
+product says, though pairing within rounds takes most of such a shift
+out.
+
+usage: reach.py [-cfg NAME] [-rounds N] RUNDIR... (NAME: ondemand by default)"""
 import json, math, re, sys
 from collections import defaultdict
 
@@ -50,14 +60,20 @@ def phi(x):
     return 0.5 * (1 + math.erf(x / math.sqrt(2)))
 
 def main():
-    args, cfg = sys.argv[1:], 'ondemand'
-    if args[:1] == ['-cfg']:
-        cfg, args = args[1], args[2:]
+    args, cfg, rounds = sys.argv[1:], 'ondemand', 0
+    while args[:1] in (['-cfg'], ['-rounds']):
+        if args[0] == '-cfg':
+            cfg = args[1]
+        else:
+            rounds = int(args[1])
+        args = args[2:]
     cells = []
     for run in args:
         for desc, n, gm, se in spreads(run, cfg):
             print('%-40s %-44s n=%2d  measured %.2fx  se of the mean %.3f' % (run, desc, n, gm, se))
-            cells.append(se)
+            cells.append(se * math.sqrt(n / rounds) if rounds else se)
+    if rounds:
+        print('\nscaled to %d rounds per run' % rounds)
     def p_all(r):
         return math.prod(phi(-math.log(r) / se) for se in cells)
     print('\n%d run-cells. P(every one measures <= 1.0x) for a true ratio r in every cell:' % len(cells))
