@@ -134,7 +134,7 @@ func (d *desc) woken(dr *dir, size int, parked bool) {
 	d.busy = now
 	switch {
 	case last == 0 || now-last >= hotTick():
-	case d.p.hotRead == hotReadAuto && !procsAbove1(now) && (d.p.spin != 0 || d.p.auto != nil && !spinFar(d.p)):
+	case d.p.hotRead == hotReadAuto && !procsAbove1(now) && (d.p.spin != 0 || (d.p.auto != nil && !spinFar(d.p))):
 	case !d.goHotRead():
 		// Refused (the bound, EMFILE): two wakes in a row again before
 		// it tries again, not every wake of its busy period, each taking
