@@ -22,6 +22,14 @@ func descOf(c any) *desc {
 	panic("netpoll test: not a *Conn or *Listener")
 }
 
+// HoldWakeMeter keeps the wakeup-cost meter from measuring (and so from
+// holding its two pipes open) until release is called: for a test that
+// counts the process's fds while another group's refresher may run.
+func HoldWakeMeter() (release func()) {
+	wakeMeasuring.Lock()
+	return wakeMeasuring.Unlock
+}
+
 // FD returns the fd of a *Conn or *Listener.
 func FD(c any) int { return descOf(c).fd }
 

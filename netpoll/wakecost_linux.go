@@ -35,6 +35,12 @@ var wakeMeter struct {
 // write per tick, not one per event, on a line all pollers share.
 var wakeTraffic atomic.Bool
 
+// wakeMeasuring is held through each measurement of W, outside which its
+// two pipes are never open: a test that counts the process's fds holds it
+// so as not to count them (HoldWakeMeter). It is taken under
+// wakeMeter.mu (acquireWake), never the other way round.
+var wakeMeasuring sync.Mutex
+
 // wakeCostOverride and blockCostOverride, set by tests, replace the
 // measured W and C.
 var wakeCostOverride, blockCostOverride atomic.Int64
@@ -113,6 +119,8 @@ func wakeCost() time.Duration {
 // here: through the kernel when another P sleeps (GOMAXPROCS > 1), through
 // the scheduler's own poll when the only P switches goroutines.
 func measureWakeRoundTrip(warm, rounds int) (time.Duration, error) {
+	wakeMeasuring.Lock()
+	defer wakeMeasuring.Unlock() // last: after the pipes' deferred closes
 	r1, w1, err := os.Pipe()
 	if err != nil {
 		return 0, fmt.Errorf("netpoll: measuring the wakeup cost for adaptive spinning: %w", err)
